@@ -1,0 +1,3 @@
+"""agentserve: an open serving stack for AI agents."""
+
+__version__ = "0.1.0"

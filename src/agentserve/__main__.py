@@ -1,0 +1,3 @@
+from agentserve.cli import main
+
+raise SystemExit(main())

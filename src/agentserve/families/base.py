@@ -1,0 +1,40 @@
+"""What a model family is: everything model-specific about it, in one value."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agentserve.parsing.stream import OutputParser, ParserOptions
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    description: str
+    # Builds the family's streaming output parser (the ONE owner of reasoning and tool parsing).
+    make_parser: Callable[[ParserOptions], OutputParser]
+    # Other names users know this format by (vLLM/SGLang/Dynamo parser names, sub-families).
+    aliases: tuple[str, ...] = ()
+    # Regexes searched (case-insensitively) in a model name to infer the family.
+    model_patterns: tuple[str, ...] = ()
+    # The usual chat template leaves the prompt inside an open reasoning block.
+    starts_in_reasoning: bool = False
+    _compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_compiled", tuple(re.compile(p, re.IGNORECASE) for p in self.model_patterns)
+        )
+
+    def matches_model(self, model: str) -> bool:
+        return any(p.search(model) for p in self._compiled)
+
+    def parser(
+        self, options: ParserOptions | None = None, *, starts_in_reasoning: bool | None = None
+    ) -> OutputParser:
+        options = options or ParserOptions(starts_in_reasoning=self.starts_in_reasoning)
+        if starts_in_reasoning is not None and starts_in_reasoning != options.starts_in_reasoning:
+            options = ParserOptions(starts_in_reasoning, options.tools, options.id_factory)
+        return self.make_parser(options)

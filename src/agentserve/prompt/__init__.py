@@ -1,0 +1,1 @@
+"""The prompt pipeline: Conversation → stripped, rendered, tokenized prompt and its block hashes."""

@@ -1,0 +1,182 @@
+"""Component configuration: one flat model per component, the single vocabulary of its settings.
+
+The same model feeds three edges: command-line flags (generated from the fields: `tool_call_parser`
+is `--tool-call-parser`, booleans get `--x/--no-x`), YAML config files (`--config FILE`, keys are
+field names), and the Kubernetes operator, which renders a CR's spec into these keys in a ConfigMap.
+Flags override the file; the file overrides defaults. Flag names follow Dynamo's where the meaning is
+the same (`--strip-anthropic-preamble`, `--enable-streaming-tool-dispatch`, `--reasoning-parser`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import types
+import typing
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class ReplayPolicy(StrEnum):
+    """How past reasoning goes back into the prompt (see agentserve.prompt)."""
+
+    AUTO = "auto"  # native if the chat template reads reasoning_content, else inject
+    NATIVE = "native"  # hand segments to the template as reasoning_content
+    INJECT = "inject"  # render each segment as the family's think block before its own tool call
+    DROP = "drop"
+
+
+ApiName = Literal["anthropic", "chat", "responses"]
+ALL_APIS: tuple[ApiName, ...] = ("anthropic", "chat", "responses")
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+class PromptConfig(_Config):
+    """Settings of the prompt pipeline, shared by the frontend and the CLIs that render prompts."""
+
+    model: str = Field("agentserve-sim", description="model name served to clients")
+    model_path: str | None = Field(None, description="model directory (tokenizer.json, chat template)")
+    family: str | None = Field(None, description="model family (default: inferred from the model name)")
+    reasoning_parser: str | None = Field(None, description="reasoning parser (default: the family's)")
+    tool_call_parser: str | None = Field(None, description="tool-call parser (default: the family's)")
+    chat_template: str | None = Field(None, description="chat template file overriding the model's")
+    replay_policy: ReplayPolicy = Field(ReplayPolicy.AUTO, description="how past reasoning is replayed")
+    truncate_history_thinking: bool = Field(False, description="let templates drop older reasoning")
+    strip_anthropic_preamble: bool = Field(True, description="strip Claude Code's billing header block")
+    strip_pattern: list[str] = Field(
+        default_factory=list, description="extra volatile span to strip, NAME=REGEX (repeatable)"
+    )
+    block_size: int = Field(32, ge=1, description="tokens per KV block (must match the workers)")
+    hash_seed: int = Field(0, ge=0, description="seed of the chained block hashes")
+    context_length: int | None = Field(None, ge=1, description="context window in tokens")
+
+
+class FrontendConfig(PromptConfig):
+    host: str = Field("0.0.0.0", description="address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on")
+    apis: list[ApiName] = Field(default_factory=lambda: list(ALL_APIS), description="APIs served")
+    enable_streaming_tool_dispatch: bool = Field(True, description="dispatch tool calls while decoding")
+    codex_catalog: bool = Field(True, description="serve the Codex model catalog")
+    router_url: str | None = Field(None, description="router service URL (default: embedded router)")
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
+    api_keys_file: str | None = Field(None, description="file with one accepted API key per line")
+    trace_sink: str | None = Field(None, description="JSONL trace file (rotated, gzip); none by default")
+
+
+class RouterConfig(_Config):
+    host: str = Field("0.0.0.0", description="address to listen on")
+    port: int = Field(8100, ge=0, le=65535, description="port to listen on")
+    policy: Literal["kv", "round-robin", "random", "least-loaded"] = Field("kv", description="placement")
+    overlap_weight: float = Field(1.0, ge=0, description="weight of prefill blocks not cached on a worker")
+    load_weight: float = Field(1.0, ge=0, description="weight of a worker's active decode blocks")
+    temperature: float = Field(0.0, ge=0, description="softmax temperature over costs (0: argmin)")
+    affinity_ttl_s: float = Field(300.0, ge=0, description="session affinity lifetime in seconds")
+    block_size: int = Field(32, ge=1, description="tokens per KV block (must match the workers)")
+    workers: list[str] = Field(default_factory=list, description="static worker URLs")
+    discovery: Literal["static", "kubernetes"] = Field("static", description="how workers are found")
+    worker_service: str | None = Field(None, description="Kubernetes Service of the workers")
+    namespace: str | None = Field(None, description="namespace of the worker Service")
+
+
+class WorkerConfig(_Config):
+    host: str = Field("0.0.0.0", description="address to listen on")
+    port: int = Field(8200, ge=0, le=65535, description="port of the generate API")
+    kv_events_port: int = Field(5557, ge=0, le=65535, description="ZeroMQ PUB port for KV events")
+    engine: Literal["sim", "trtllm"] = Field("sim", description="inference engine")
+    model: str = Field("agentserve-sim", description="model name")
+    model_path: str | None = Field(None, description="model directory (weights, tokenizer)")
+    family: str | None = Field(None, description="model family of the raw output format")
+    block_size: int = Field(32, ge=1, description="tokens per KV block")
+    hash_seed: int = Field(0, ge=0, description="seed of the chained block hashes")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per model replica (trtllm)")
+    free_gpu_memory_fraction: float = Field(0.9, gt=0, le=1, description="GPU memory share for KV cache")
+    enable_block_reuse: bool = Field(True, description="reuse KV blocks across requests (prefix cache)")
+    extra_llm_api_options: str | None = Field(None, description="YAML of extra TensorRT-LLM LLM() options")
+
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _scalar_type(annotation: Any) -> tuple[Any, list[Any] | None, bool]:
+    """(python type, choices, is_list) for a field annotation."""
+    origin = get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return _scalar_type(args[0])
+    if origin is list:
+        inner, choices, _ = _scalar_type(get_args(annotation)[0])
+        return inner, choices, True
+    if origin is Literal:
+        choices = list(get_args(annotation))
+        return type(choices[0]), choices, False
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return str, [m.value for m in annotation], False
+    return annotation, None, False
+
+
+def add_config_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
+    """Add `--config FILE` and one flag per field of `model` (defaults left to the model)."""
+    parser.add_argument("--config", type=Path, help="YAML file with settings (flags override it)")
+    for name, field in model.model_fields.items():
+        kind, choices, is_list = _scalar_type(field.annotation)
+        help_text = field.description or ""
+        if kind is bool:
+            parser.add_argument(
+                _flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        elif is_list:
+            parser.add_argument(
+                _flag(name),
+                dest=name,
+                action="append",
+                type=kind,
+                choices=choices,
+                default=None,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                _flag(name), dest=name, type=kind, choices=choices, default=None, help=help_text
+            )
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(model: type[C], path: Path | None = None, overrides: dict[str, Any] | None = None) -> C:
+    """Defaults ← YAML file ← overrides (None values are ignored), validated."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path} must be a mapping of settings")
+        data.update(loaded)
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def config_from_args(model: type[C], args: argparse.Namespace) -> C:
+    overrides = {name: getattr(args, name, None) for name in model.model_fields}
+    return load_config(model, getattr(args, "config", None), overrides)
+
+
+def config_to_yaml(config: BaseModel) -> str:
+    """The YAML a component reads back with `--config` (what the operator puts in its ConfigMap)."""
+    return yaml.safe_dump(config.model_dump(mode="json", exclude_defaults=True), sort_keys=True)

@@ -271,6 +271,7 @@ class JsonCallObject:
             return
         self._calls.start(name, out)
         self.committed = True
+        self._raw.clear()  # a started call is reported through ToolCalls, never given back as text
         if self._pending_args is not None:
             self._calls.args(self._pending_args, out)
             self._args_text = self._pending_args

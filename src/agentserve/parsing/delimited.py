@@ -26,12 +26,12 @@ class DelimitedArgs:
         self._calls = calls
         self._tail = tail
         self._started = False
-        self._pending = ""
+        self._pending: list[str] = []  # the held tail (a list: a long run is not re-copied per chunk)
 
     def reset(self) -> None:
         """Start the arguments of the next call (drops a held tail)."""
         self._started = False
-        self._pending = ""
+        self._pending.clear()
 
     def write(self, text: str, out: list[OutputEvent]) -> None:
         if not text:
@@ -42,9 +42,15 @@ class DelimitedArgs:
                 return
             self._started = True
         body = text.rstrip(self._tail)
+        pending = self._pending
         if not body:
-            self._pending += text
+            pending.append(text)
             return
-        fragment = self._pending + body if self._pending else body
-        self._pending = text[len(body) :]
+        if pending:
+            fragment = "".join(pending) + body
+            pending.clear()
+        else:
+            fragment = body
+        if len(body) < len(text):
+            pending.append(text[len(body) :])
         self._calls.args(fragment, out)

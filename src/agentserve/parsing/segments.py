@@ -17,7 +17,7 @@ class SegmentWriter:
     def __init__(self, reasoning: bool) -> None:
         self._reasoning = reasoning
         self.started = False
-        self._pending = ""
+        self._pending: list[str] = []  # trailing whitespace held until more text shows it is inside
 
     def write(self, text: str, out: list[OutputEvent]) -> None:
         if not text:
@@ -28,11 +28,17 @@ class SegmentWriter:
                 return
             self.started = True
         body = text.rstrip()
+        pending = self._pending
         if not body:
-            self._pending += text
+            pending.append(text)  # a list: a long whitespace run must not be re-copied per chunk
             return
-        chunk = self._pending + body if self._pending else body
-        self._pending = text[len(body) :]
+        if pending:
+            chunk = "".join(pending) + body
+            pending.clear()
+        else:
+            chunk = body
+        if len(body) < len(text):
+            pending.append(text[len(body) :])
         out.append(ReasoningDelta(chunk) if self._reasoning else TextDelta(chunk))
 
     def end(self, out: list[OutputEvent]) -> None:
@@ -40,4 +46,4 @@ class SegmentWriter:
         if self.started and self._reasoning:
             out.append(ReasoningEnd())
         self.started = False
-        self._pending = ""
+        self._pending.clear()

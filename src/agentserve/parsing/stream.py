@@ -75,6 +75,9 @@ class Syntax:
     # when the first non-space character of the content is one of `start_chars`.
     start_block: BlockFactory | None = None
     start_chars: str = ""
+    # The opener may be both in the prompt and in the output (templates differ between versions): a
+    # `think_open` before any reasoning text of an open segment carries nothing and is dropped.
+    drop_open_in_reasoning: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,8 @@ class StreamParser:
         if syntax.tools_end_reasoning:
             in_reasoning += openers
         in_reasoning += syntax.swallow
+        if syntax.drop_open_in_reasoning and syntax.think_open:
+            in_reasoning.append(syntax.think_open)
         self._reasoning_markers = MarkerSet(in_reasoning or ["\x00"])
         self._in_reasoning = options.starts_in_reasoning and syntax.think_close is not None
         self._text = SegmentWriter(reasoning=False)
@@ -220,9 +225,13 @@ class StreamParser:
 
     def _on_marker(self, marker: str, out: list[OutputEvent]) -> None:
         syntax = self._syntax
-        if marker == syntax.think_open and not self._in_reasoning:
-            self._text.end(out)
-            self._in_reasoning = True
+        if marker == syntax.think_open:
+            if not self._in_reasoning:
+                self._text.end(out)
+                self._in_reasoning = True
+            elif self._thought.started:  # only with drop_open_in_reasoning: a literal tag mid-thought
+                self._thought.write(marker, out)
+            # else: the opener repeated at the start of an open segment carries nothing
         elif marker == syntax.think_close:
             if self._in_reasoning:
                 self._thought.end(out)

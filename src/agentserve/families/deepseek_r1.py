@@ -1,0 +1,40 @@
+"""DeepSeek-R1 (and R1-0528, R1 distills): reasoning from the first token until `</think>`.
+
+Raw output::
+
+    reasoning…
+    </think>
+
+    answer<｜end▁of▁sentence｜>
+
+The prompt ends with `<｜Assistant｜>` and, in updated templates, `<think>\\n`: so the output may or
+may not repeat the opener, and a leading `<think>` is dropped. R1-0528 calls tools in the DeepSeek V3
+form (`function<｜tool▁sep｜>NAME` + fenced JSON), parsed by the DeepSeek V3 block; a call block
+inside the reasoning ends the reasoning, so the call is never lost in the thought.
+"""
+
+from __future__ import annotations
+
+from agentserve.families.base import Family
+from agentserve.families.deepseek_v31 import CALLS_BEGIN, END_OF_SENTENCE, tool_calls_block
+from agentserve.parsing.stream import ParserOptions, StreamParser, Syntax
+
+SYNTAX = Syntax(
+    tool_blocks={CALLS_BEGIN: tool_calls_block},
+    swallow=(END_OF_SENTENCE,),
+    drop_open_in_reasoning=True,
+)
+
+
+def make_parser(options: ParserOptions) -> StreamParser:
+    return StreamParser(SYNTAX, options)
+
+
+FAMILY = Family(
+    name="deepseek-r1",
+    description="DeepSeek-R1 / R1-0528 / R1 distills: reasoning until </think>, V3-style tool calls",
+    make_parser=make_parser,
+    aliases=("deepseek_r1", "deepseekr1", "deepseek-r1-0528"),
+    model_patterns=(r"deepseek-r1",),
+    starts_in_reasoning=True,
+)

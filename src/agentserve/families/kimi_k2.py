@@ -1,0 +1,170 @@
+"""Kimi K2 (Instruct, K2-0905, K2-Thinking, K2.5): `<think>` reasoning, special-token tool sections.
+
+Raw output::
+
+    <think>Check the weather.</think><|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0
+    <|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|><|im_end|>
+
+(without the line break inside the call). The call id is the model's own `functions.NAME:IDX`: Kimi's
+template re-renders it verbatim in history, so it is kept as the call's id. The name is the id up to
+`:` without the `functions.` prefix; MCP names keep their `-` and `.` (Dynamo PR #8532). Some outputs
+spell the section markers in the singular (`<|tool_call_section_begin|>`). K2-Thinking may open the
+section before `</think>`: the section then ends the reasoning (vLLM PR #32216, SGLang PR #18199).
+"""
+
+from __future__ import annotations
+
+from agentserve.conversation import OutputEvent
+from agentserve.families.base import Family
+from agentserve.parsing.delimited import DelimitedArgs
+from agentserve.parsing.scanner import MarkerSet
+from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
+
+SECTION_BEGIN = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
+SECTION_END = ("<|tool_calls_section_end|>", "<|tool_call_section_end|>")
+CALL_BEGIN = "<|tool_call_begin|>"
+ARGS_BEGIN = "<|tool_call_argument_begin|>"
+CALL_END = "<|tool_call_end|>"
+END_OF_TURN = "<|im_end|>"
+
+_MARKERS = MarkerSet([*SECTION_BEGIN, *SECTION_END, CALL_BEGIN, ARGS_BEGIN, CALL_END, END_OF_TURN])
+_CLOSES_SECTION = frozenset([*SECTION_END, END_OF_TURN])
+_BETWEEN, _ID, _ARGS = range(3)
+
+
+def call_name(call_id: str) -> str:
+    """`functions.mcp.git-log:3` -> `mcp.git-log`."""
+    return call_id.split(":", 1)[0].strip().removeprefix("functions.")
+
+
+class KimiToolSection:
+    """One `<|tool_calls_section_begin|>` … `<|tool_calls_section_end|>` block of calls."""
+
+    __slots__ = ("_args", "_calls", "_id", "_raw", "_state", "done", "fallback")
+
+    def __init__(self, ctx: BlockContext) -> None:
+        self._calls = ctx.calls
+        self._args = DelimitedArgs(ctx.calls)
+        self._state = _BETWEEN
+        self._id: list[str] = []
+        # Text given back as output if what follows turns out not to be a call (reset per started call).
+        self._raw: list[str] = [ctx.opener]
+        self.done = False
+        self.fallback = ""
+
+    def feed(self, buf: str, i: int, out: list[OutputEvent]) -> int:
+        n = len(buf)
+        while i < n and not self.done:
+            m = _MARKERS.search(buf, i)
+            end = m.start() if m is not None else _MARKERS.hold_from(buf, i)
+            if end > i:
+                i = self._text(buf, i, end, out)
+                if self.done:
+                    return i
+            if m is None:
+                return i  # a partial marker: the driver holds it until more text arrives
+            i = self._marker(m.group(), m.start(), m.end(), out)
+        return i
+
+    def _text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
+        state = self._state
+        if state == _ARGS:
+            self._args.write(buf[i:end], out)
+        elif state == _ID:
+            piece = buf[i:end]
+            self._id.append(piece)
+            self._raw.append(piece)
+        else:
+            piece = buf[i:end]
+            if not piece.isspace():
+                # Not a call: after the calls the rest is ordinary output; before any, so is the opener.
+                return self._give_up(i)
+            self._raw.append(piece)
+        return end
+
+    def _marker(self, marker: str, start: int, end: int, out: list[OutputEvent]) -> int:
+        state = self._state
+        if state == _ARGS:
+            if marker == CALL_END:
+                self._end_call(out)
+                self._state = _BETWEEN
+            elif marker == CALL_BEGIN:  # the model skipped the end token: the next call closes this one
+                self._end_call(out)
+                self._begin_call(marker)
+            elif marker in _CLOSES_SECTION:
+                self._end_call(out)
+                self.done = True
+            else:  # a section or argument opener inside the arguments is literal (and breaks the JSON)
+                self._args.write(marker, out)
+            return end
+        if state == _ID:
+            if marker in (ARGS_BEGIN, CALL_END):
+                call_id = "".join(self._id).strip()
+                name = call_name(call_id)
+                if not name:
+                    return self._give_up(start)
+                self._calls.start(name, out, call_id=call_id)
+                self._raw = []
+                self._args.reset()
+                self._state = _ARGS
+                if marker == CALL_END:  # no argument marker at all: a zero-argument call
+                    self._end_call(out)
+                    self._state = _BETWEEN
+                return end
+            return self._give_up(start)
+        if marker == CALL_BEGIN:
+            self._begin_call(marker)
+        elif marker in _CLOSES_SECTION:
+            self.done = True  # an empty section carries nothing
+        elif marker in SECTION_BEGIN:
+            self._raw.append(marker)  # repeated opener
+        else:
+            return self._give_up(start)
+        return end
+
+    def _begin_call(self, marker: str) -> None:
+        self._raw.append(marker)
+        self._id = []
+        self._state = _ID
+
+    def _end_call(self, out: list[OutputEvent]) -> None:
+        self._calls.end(out)
+        self._raw = []
+
+    def _give_up(self, i: int) -> int:
+        self.done = True
+        self.fallback = "".join(self._raw)
+        return i
+
+    def close(self, out: list[OutputEvent]) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self._state == _ARGS:
+            self._calls.fail("truncated", out, "output ended inside the tool call")
+        else:
+            self.fallback = "".join(self._raw)
+
+
+def _section(ctx: BlockContext) -> ToolBlock:
+    return KimiToolSection(ctx)
+
+
+SYNTAX = Syntax(
+    tool_blocks=dict.fromkeys(SECTION_BEGIN, _section),
+    swallow=(END_OF_TURN,),
+    drop_open_in_reasoning=True,
+)
+
+
+def make_parser(options: ParserOptions) -> StreamParser:
+    return StreamParser(SYNTAX, options)
+
+
+FAMILY = Family(
+    name="kimi-k2",
+    description="Kimi K2 / K2-Thinking / K2.5: <think> reasoning, <|tool_calls_section_begin|> calls",
+    make_parser=make_parser,
+    aliases=("kimi_k2", "kimi-k2.5", "kimi-k25", "kimi-k2-thinking"),
+    model_patterns=(r"kimi-k2",),
+)

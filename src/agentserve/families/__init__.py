@@ -11,7 +11,7 @@ from importlib import import_module
 from agentserve.families.base import Family
 
 # Most specific first: `family_for_model` returns the first family whose pattern matches.
-_MODULES = ("qwen3",)
+_MODULES = ("qwen3", "nemotron", "mistral", "llama3_json", "pythonic")
 
 
 def _load() -> tuple[Family, ...]:

@@ -11,7 +11,17 @@ from importlib import import_module
 from agentserve.families.base import Family
 
 # Most specific first: `family_for_model` returns the first family whose pattern matches.
-_MODULES = ("gpt_oss", "kimi_k2", "deepseek_r1", "deepseek_v31", "qwen3")
+_MODULES = (
+    "gpt_oss",
+    "kimi_k2",
+    "deepseek_r1",
+    "deepseek_v31",
+    "qwen3",
+    "nemotron",
+    "mistral",
+    "llama3_json",
+    "pythonic",
+)
 
 
 def _load() -> tuple[Family, ...]:

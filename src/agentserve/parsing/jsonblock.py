@@ -21,6 +21,7 @@ class JsonCallsBlock:
         "_array",
         "_close",
         "_ctx",
+        "_name_first",
         "_name_keys",
         "_object",
         "_raw",
@@ -38,8 +39,10 @@ class JsonCallsBlock:
         separator: str = "",
         name_keys: Sequence[str] = ("name",),
         args_keys: Sequence[str] = ("arguments", "parameters"),
+        name_first: bool = False,
     ) -> None:
         self._ctx = ctx
+        self._name_first = name_first
         self._close = close
         self._separator = separator
         self._name_keys = name_keys
@@ -112,7 +115,9 @@ class JsonCallsBlock:
             self._raw.append(text)
 
     def _start_object(self) -> None:
-        self._object = JsonCallObject(self._ctx.calls, self._name_keys, self._args_keys)
+        self._object = JsonCallObject(
+            self._ctx.calls, self._name_keys, self._args_keys, name_first=self._name_first
+        )
         self._state = _OBJECT
 
     def _give_up(self, consumed: str, i: int) -> int:

@@ -117,6 +117,7 @@ class JsonCallObject:
         "_calls",
         "_key",
         "_key_escape",
+        "_name_first",
         "_name_keys",
         "_pending_args",
         "_raw",
@@ -132,10 +133,15 @@ class JsonCallObject:
         calls: ToolCalls,
         name_keys: Sequence[str] = ("name",),
         args_keys: Sequence[str] = ("arguments", "parameters"),
+        *,
+        name_first: bool = False,
     ) -> None:
         self._calls = calls
         self._name_keys = tuple(name_keys)
         self._args_keys = tuple(args_keys)
+        # Only an object whose first key is the name is a call: bare JSON content that is not a call
+        # (Llama 3 JSON) is then given back at its first key instead of being held to its end.
+        self._name_first = name_first
         self.state = _OPEN
         self.committed = False
         self._raw: list[str] = []  # text consumed before the call started (for degrading to content)
@@ -229,6 +235,9 @@ class JsonCallObject:
             key = ""
         if key in self._name_keys and not self.committed:
             self._role = "name"
+        elif self._name_first and not self.committed:
+            self.state = _FAILED
+            return
         elif key in self._args_keys and self._args_text is None and self._pending_args is None:
             self._role = "args"
         else:

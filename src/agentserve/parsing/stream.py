@@ -208,7 +208,11 @@ class StreamParser:
             self._segment().write(text, out)
 
     def _maybe_start_block(self, buf: str, i: int) -> int:
-        """Before any content: open the start block if the content begins with one of its characters."""
+        """Before any content: open the start block if the content begins with one of its characters.
+
+        Reasoning is not content: the check waits for the first text after it (`_write` and
+        `_open_block` mark the content seen), so `<think>…</think>[f()]` still opens the block.
+        """
         n = len(buf)
         j = i
         while j < n and buf[j] in " \t\r\n":
@@ -216,7 +220,6 @@ class StreamParser:
         if j == n:
             self._held = buf[i:]
             return -1
-        self._content_seen = True
         factory = self._syntax.start_block
         if factory is not None and buf[j] in self._syntax.start_chars:
             self._open_block(factory, "")
@@ -242,6 +245,7 @@ class StreamParser:
         # else: a swallowed token
 
     def _open_block(self, factory: BlockFactory, opener: str) -> None:
+        self._content_seen = True  # a tool block is content: the start block opens only before one
         self._block = factory(BlockContext(self._calls, self._tools, opener))
         self._block_calls = self._calls.count
         self._block_from_reasoning = self._in_reasoning

@@ -36,11 +36,62 @@ def test_unknown_family_names_the_known_ones() -> None:
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1"),
         ("deepseek-ai/DeepSeek-R1-0528-Qwen3-8B", "deepseek-r1"),
         ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "deepseek-r1"),
+        ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral"),
+        ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mistral"),
+        ("mistralai/Magistral-Small-2509", "mistral"),
+        ("mistralai/Devstral-Small-2507", "mistral"),
+        ("mistralai/Ministral-8B-Instruct-2410", "mistral"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama3-json"),
+        ("meta-llama/Llama-3.2-3B-Instruct", "llama3-json"),
+        ("meta-llama/Llama-3.3-70B-Instruct", "llama3-json"),
+        ("meta-llama/Meta-Llama-3.1-405B-Instruct-FP8", "llama3-json"),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "pythonic"),
+        ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "pythonic"),
+        ("allenai/Olmo-3-7B-Instruct", "pythonic"),
+        ("nvidia/Llama-3.1-Nemotron-Nano-8B-v1", "nemotron"),
+        ("nvidia/Llama-3_3-Nemotron-Super-49B-v1_5", "nemotron"),
+        ("nvidia/Llama-3_1-Nemotron-Ultra-253B-v1", "nemotron"),
+        ("nvidia/Llama-3.3-Nemotron-Super-49B-v1", "nemotron"),
+        ("nvidia/NVIDIA-Nemotron-Nano-9B-v2", "nemotron"),
     ],
 )
 def test_family_inferred_from_model_name(model: str, family: str) -> None:
     found = family_for_model(model)
     assert found is not None and found.name == family
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",  # Qwen3-Coder XML calls: not the nemotron family
+        "nvidia/Nemotron-3-Super-120B-A12B",
+        "meta-llama/Llama-3-8B-Instruct",  # Llama 3.0 has no tool-call format
+        "meta-llama/Llama-2-7b-chat-hf",
+    ],
+)
+def test_models_of_other_formats_are_not_taken_by_json_families(model: str) -> None:
+    found = family_for_model(model)
+    assert found is None or found.name not in {"nemotron", "llama3-json", "pythonic", "mistral"}
+
+
+@pytest.mark.parametrize(
+    ("alias", "family"),
+    [
+        ("magistral", "mistral"),
+        ("Devstral", "mistral"),
+        ("llama3_json", "llama3-json"),
+        ("llama3", "llama3-json"),
+        ("llama-3.1", "llama3-json"),
+        ("llama4_pythonic", "pythonic"),
+        ("llama-4", "pythonic"),
+        ("olmo-3", "pythonic"),
+        ("nemotron_deci", "nemotron"),
+        ("nemotron-json", "nemotron"),
+        ("llama-nemotron", "nemotron"),
+    ],
+)
+def test_json_family_aliases(alias: str, family: str) -> None:
+    assert get_family(alias).name == family
 
 
 def test_unrelated_model_name_has_no_family() -> None:

@@ -1,0 +1,1 @@
+"""The router: KV-aware, priority-aware placement of requests on workers."""

@@ -1,0 +1,152 @@
+"""The router's view of which worker holds which KV blocks, built from the workers' KV events.
+
+Each block hash identifies a whole prefix (hashes are chained), so a worker's useful cache for a
+request is the number of the request's *leading* blocks it holds. The index maps a block hash to a
+bitmask of worker slots; a lookup walks the request's hashes once, narrowing the mask, so its cost
+grows with the request's blocks and the worker count, never with the size of the index.
+
+Per worker it tracks the events' sequence numbers: a gap means events were lost, and the worker's
+entries can no longer be trusted until it is resynced from the worker's snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStats:
+    blocks: int  # distinct block hashes indexed
+    entries: int  # (worker, block) pairs
+    workers: int
+    dropped: int  # stored blocks refused because the index was full
+
+
+class KvIndex:
+    __slots__ = (
+        "_blocks",
+        "_dropped",
+        "_entries",
+        "_free_slots",
+        "_held",
+        "_last_seq",
+        "_slot",
+        "max_entries",
+    )
+
+    def __init__(self, max_entries: int = 4_000_000) -> None:
+        self.max_entries = max_entries  # bound on (worker, block) pairs: memory stays bounded
+        self._blocks: dict[int, int] = {}  # block hash -> bitmask of worker slots
+        self._held: dict[str, set[int]] = {}  # worker -> block hashes it holds
+        self._slot: dict[str, int] = {}  # worker -> bit position
+        self._free_slots: list[int] = []
+        self._last_seq: dict[str, int] = {}
+        self._entries = 0
+        self._dropped = 0
+
+    # -- workers -----------------------------------------------------------------------------------
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return tuple(self._slot)
+
+    def add_worker(self, worker: str) -> None:
+        if worker in self._slot:
+            return
+        slot = self._free_slots.pop() if self._free_slots else len(self._slot)
+        self._slot[worker] = slot
+        self._held[worker] = set()
+
+    def remove_worker(self, worker: str) -> None:
+        """Forget a worker and purge its blocks (it stopped answering or publishing)."""
+        if worker not in self._slot:
+            return
+        self.clear(worker)
+        self._free_slots.append(self._slot.pop(worker))
+        del self._held[worker]
+        self._last_seq.pop(worker, None)
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def check_sequence(self, worker: str, seq: int) -> bool:
+        """Record event `seq` of `worker`; False if events were missed (the worker needs a resync)."""
+        last = self._last_seq.get(worker)
+        self._last_seq[worker] = seq
+        return last is None or seq == last + 1
+
+    def stored(self, worker: str, hashes: Iterable[int]) -> None:
+        self.add_worker(worker)
+        bit = 1 << self._slot[worker]
+        held = self._held[worker]
+        blocks = self._blocks
+        for h in hashes:
+            if h in held:
+                continue
+            if self._entries >= self.max_entries:
+                self._dropped += 1
+                continue
+            held.add(h)
+            blocks[h] = blocks.get(h, 0) | bit
+            self._entries += 1
+
+    def removed(self, worker: str, hashes: Iterable[int]) -> None:
+        held = self._held.get(worker)
+        if held is None:
+            return
+        mask = ~(1 << self._slot[worker])
+        blocks = self._blocks
+        for h in hashes:
+            if h not in held:
+                continue
+            held.discard(h)
+            self._entries -= 1
+            rest = blocks[h] & mask
+            if rest:
+                blocks[h] = rest
+            else:
+                del blocks[h]
+
+    def clear(self, worker: str) -> None:
+        held = self._held.get(worker)
+        if held:
+            self.removed(worker, list(held))
+
+    def resync(self, worker: str, hashes: Iterable[int], seq: int) -> None:
+        """Replace everything known about `worker` with its snapshot taken at event `seq`."""
+        self.add_worker(worker)
+        self.clear(worker)
+        self.stored(worker, hashes)
+        self._last_seq[worker] = seq
+
+    # -- lookup ------------------------------------------------------------------------------------
+
+    def overlaps(self, hashes: Sequence[int]) -> dict[str, int]:
+        """For each worker, how many leading blocks of `hashes` it holds."""
+        result = dict.fromkeys(self._slot, 0)
+        by_slot = {slot: w for w, slot in self._slot.items()}
+        mask = 0
+        for slot in by_slot:
+            mask |= 1 << slot
+        blocks = self._blocks
+        for depth, h in enumerate(hashes):
+            held = blocks.get(h, 0) & mask
+            if held != mask:  # these workers' runs of leading blocks end here
+                _credit(mask & ~held, depth, by_slot, result)
+                if not held:
+                    return result
+            mask = held
+        _credit(mask, len(hashes), by_slot, result)
+        return result
+
+    def stats(self) -> IndexStats:
+        return IndexStats(len(self._blocks), self._entries, len(self._slot), self._dropped)
+
+
+def _credit(bits: int, depth: int, by_slot: dict[int, str], result: dict[str, int]) -> None:
+    while bits:
+        low = bits & -bits
+        worker = by_slot.get(low.bit_length() - 1)
+        if worker is not None:
+            result[worker] = depth
+        bits ^= low

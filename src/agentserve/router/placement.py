@@ -1,0 +1,180 @@
+"""Choosing a worker for a request: follow the cache, weigh the load, keep sessions together.
+
+`kv` cost of a worker = overlap_weight × prompt blocks it would have to prefill (not cached there)
+                      + load_weight × blocks its in-flight requests occupy (prompt + expected output).
+The lowest cost wins (temperature 0), or a worker is sampled by softmax over normalised costs.
+Ties go to the worker the session last used, while that affinity is fresh. An in-flight request
+counts its prompt blocks plus its expected output (`agent_hints.osl`, else a default) so that long
+generations weigh on a worker before they have produced anything.
+
+`round-robin`, `random` and `least-loaded` exist for comparison (bench/routing.py).
+Pure: time and randomness are injected.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import count
+
+from agentserve.config import RouterConfig
+
+DEFAULT_OSL_TOKENS = 256  # expected output when the request gives no osl hint
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    block_hashes: Sequence[int]
+    prompt_tokens: int
+    session_id: str | None = None
+    priority: int = 0
+    osl: int | None = None  # expected output length in tokens (agent_hints.osl)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    worker: str
+    overlap_blocks: int  # leading prompt blocks already cached on the worker
+    prompt_blocks: int
+    cost: float
+    policy: str
+    ticket: int  # pass to Placement.finish when the request completes
+    costs: Mapping[str, float] = field(default_factory=dict)
+
+
+class NoWorkerError(RuntimeError):
+    """No worker can take the request (none registered, or all excluded)."""
+
+
+@dataclass(slots=True)
+class _InFlight:
+    worker: str
+    blocks: int
+
+
+class Placement:
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions: int = 100_000,
+    ) -> None:
+        self.config = config
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._tickets = count()
+        self._inflight: dict[int, _InFlight] = {}
+        self._load: dict[str, int] = {}  # worker -> in-flight blocks
+        self._requests: dict[str, int] = {}  # worker -> in-flight requests
+        self._affinity: OrderedDict[str, tuple[str, float]] = OrderedDict()  # session -> (worker, expiry)
+        self._max_sessions = max_sessions
+        self._rr = 0
+
+    # -- load --------------------------------------------------------------------------------------
+
+    def load(self, worker: str) -> int:
+        """Blocks that requests routed to `worker` occupy now (prompt + expected output)."""
+        return self._load.get(worker, 0)
+
+    def inflight(self, worker: str) -> int:
+        return self._requests.get(worker, 0)
+
+    def forget_worker(self, worker: str) -> None:
+        for ticket in [t for t, f in self._inflight.items() if f.worker == worker]:
+            self.finish(ticket)
+        for session in [s for s, (w, _) in self._affinity.items() if w == worker]:
+            del self._affinity[session]
+
+    # -- decisions ---------------------------------------------------------------------------------
+
+    def choose(
+        self,
+        request: RouteRequest,
+        workers: Sequence[str],
+        overlaps: Mapping[str, int],
+        exclude: frozenset[str] = frozenset(),
+    ) -> Decision:
+        candidates = [w for w in workers if w not in exclude]
+        if not candidates:
+            raise NoWorkerError("no worker available")
+        bs = self.config.block_size
+        prompt_blocks = -(-request.prompt_tokens // bs)
+        policy = self.config.policy
+        costs: dict[str, float] = {}
+        if policy == "round-robin":
+            worker = candidates[self._rr % len(candidates)]
+            self._rr += 1
+        elif policy == "random":
+            worker = self._rng.choice(candidates)
+        else:
+            for w in candidates:
+                load = self._load.get(w, 0)
+                if policy == "least-loaded":
+                    costs[w] = float(load)
+                else:
+                    uncached = prompt_blocks - min(overlaps.get(w, 0), prompt_blocks)
+                    costs[w] = self.config.overlap_weight * uncached + self.config.load_weight * load
+            worker = self._select(costs, request.session_id)
+        overlap = min(overlaps.get(worker, 0), prompt_blocks)
+        osl = request.osl if request.osl is not None else DEFAULT_OSL_TOKENS
+        ticket = self._begin(worker, prompt_blocks + -(-osl // bs))
+        self._remember(request.session_id, worker)
+        return Decision(worker, overlap, prompt_blocks, costs.get(worker, 0.0), policy, ticket, costs)
+
+    def finish(self, ticket: int) -> None:
+        """The request of `ticket` completed (or failed): its blocks stop counting as load."""
+        flight = self._inflight.pop(ticket, None)
+        if flight is None:
+            return
+        self._load[flight.worker] -= flight.blocks
+        self._requests[flight.worker] -= 1
+
+    def _begin(self, worker: str, blocks: int) -> int:
+        ticket = next(self._tickets)
+        self._inflight[ticket] = _InFlight(worker, blocks)
+        self._load[worker] = self._load.get(worker, 0) + blocks
+        self._requests[worker] = self._requests.get(worker, 0) + 1
+        return ticket
+
+    def _select(self, costs: dict[str, float], session: str | None) -> str:
+        sticky = self._sticky_worker(session)
+        temperature = self.config.temperature
+        if temperature > 0 and len(costs) > 1:
+            # Softmax over costs normalised to [0, 1], so temperature means the same at any scale.
+            lo, hi = min(costs.values()), max(costs.values())
+            span = (hi - lo) or 1.0
+            weights = [math.exp(-(c - lo) / span / temperature) for c in costs.values()]
+            return self._rng.choices(list(costs), weights)[0]
+        best = min(costs.values())
+        tied = [w for w, c in costs.items() if c <= best + 1e-9]
+        if sticky in tied:
+            return sticky
+        return tied[0] if len(tied) == 1 else self._rng.choice(tied)
+
+    # -- session affinity --------------------------------------------------------------------------
+
+    def _sticky_worker(self, session: str | None) -> str | None:
+        if session is None:
+            return None
+        entry = self._affinity.get(session)
+        if entry is None:
+            return None
+        worker, expiry = entry
+        if expiry < self._clock():
+            del self._affinity[session]
+            return None
+        return worker
+
+    def _remember(self, session: str | None, worker: str) -> None:
+        if session is None or self.config.affinity_ttl_s <= 0:
+            return
+        self._affinity[session] = (worker, self._clock() + self.config.affinity_ttl_s)
+        self._affinity.move_to_end(session)
+        while len(self._affinity) > self._max_sessions:
+            self._affinity.popitem(last=False)

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agentserve.config import RouterConfig
+from agentserve.router.placement import NoWorkerError, Placement, RouteRequest
+
+WORKERS = ["w0", "w1", "w2"]
+
+
+def placement(clock: list[float] | None = None, **config: object) -> Placement:
+    now = clock if clock is not None else [0.0]
+    return Placement(RouterConfig(block_size=4, **config), rng=random.Random(1), clock=lambda: now[0])
+
+
+def req(blocks: int = 4, session: str | None = None, osl: int | None = 4) -> RouteRequest:
+    return RouteRequest(list(range(blocks)), prompt_tokens=blocks * 4, session_id=session, osl=osl)
+
+
+def test_kv_policy_follows_the_cache() -> None:
+    p = placement()
+    d = p.choose(req(), WORKERS, {"w0": 0, "w1": 3, "w2": 1})
+    assert d.worker == "w1" and d.overlap_blocks == 3 and d.prompt_blocks == 4
+
+
+def test_kv_policy_weighs_load_against_cache() -> None:
+    # Dynamo's documented example shape: cost = prefill blocks + decode blocks.
+    p = placement()
+    for _ in range(3):  # load w1 with three requests of 4 prompt + 1 output block each
+        p.choose(req(), ["w1"], {})
+    d = p.choose(req(), ["w0", "w1"], {"w0": 0, "w1": 4})
+    assert d.costs == {"w0": 4.0, "w1": 15.0}
+    assert d.worker == "w0"
+
+
+def test_finish_releases_load() -> None:
+    p = placement()
+    d = p.choose(req(), ["w0"], {})
+    assert p.load("w0") == 5 and p.inflight("w0") == 1
+    p.finish(d.ticket)
+    p.finish(d.ticket)  # idempotent
+    assert p.load("w0") == 0 and p.inflight("w0") == 0
+
+
+def test_osl_hint_counts_in_expected_load() -> None:
+    p = placement()
+    p.choose(req(osl=400), ["w0"], {})  # 4 prompt + 100 output blocks
+    p.choose(req(osl=4), ["w1"], {})
+    assert p.load("w0") == 104 and p.load("w1") == 5
+
+
+def test_session_affinity_breaks_ties_until_its_ttl_expires() -> None:
+    clock = [0.0]
+    p = placement(clock, affinity_ttl_s=10, load_weight=0.0)
+    first = p.choose(req(session="s"), WORKERS, {}).worker
+    assert all(p.choose(req(session="s"), WORKERS, {}).worker == first for _ in range(20))
+    clock[0] = 11.0
+    chosen = {p.choose(req(session=f"other{i}"), WORKERS, {}).worker for i in range(30)}
+    assert len(chosen) > 1  # without affinity, ties spread
+
+
+def test_affinity_never_beats_a_cheaper_worker() -> None:
+    p = placement(affinity_ttl_s=100)
+    p.choose(req(session="s"), ["w0"], {})
+    assert p.choose(req(session="s"), ["w0", "w1"], {"w1": 4}).worker == "w1"
+
+
+def test_temperature_samples_but_prefers_cheap_workers() -> None:
+    p = placement(temperature=0.2, load_weight=0.0)
+    picks = [p.choose(req(), WORKERS, {"w0": 4, "w1": 0, "w2": 0}).worker for _ in range(300)]
+    assert picks.count("w0") > 200 and len(set(picks)) > 1
+
+
+@pytest.mark.parametrize("policy", ["round-robin", "random", "least-loaded"])
+def test_comparison_policies_ignore_the_cache(policy: str) -> None:
+    p = placement(policy=policy)
+    picks = {p.choose(req(), WORKERS, {"w0": 4}).worker for _ in range(30)}
+    assert picks == set(WORKERS)
+
+
+def test_excluded_workers_are_skipped_and_none_left_is_an_error() -> None:
+    p = placement()
+    assert p.choose(req(), WORKERS, {"w1": 4}, exclude=frozenset({"w1"})).worker != "w1"
+    with pytest.raises(NoWorkerError):
+        p.choose(req(), ["w0"], {}, exclude=frozenset({"w0"}))
+
+
+def test_forgetting_a_worker_drops_its_load_and_sessions() -> None:
+    p = placement(affinity_ttl_s=100)
+    p.choose(req(session="s"), ["w0"], {})
+    p.forget_worker("w0")
+    assert p.load("w0") == 0 and p.inflight("w0") == 0

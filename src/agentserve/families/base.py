@@ -37,7 +37,7 @@ class Family:
         Used when a model directory has no template of its own, and as the test oracle: an assistant
         turn rendered from parsed output reproduces the model's raw output.
         """
-        return _template_source(self.name)
+        return fallback_template(self.name)
 
     def matches_model(self, model: str) -> bool:
         return any(p.search(model) for p in self._compiled)
@@ -56,7 +56,8 @@ class MissingTemplateError(LookupError):
 
 
 @cache
-def _template_source(name: str) -> str:
+def fallback_template(name: str) -> str:
+    """The fallback chat template shipped for family `name` (its Jinja source)."""
     path = resources.files("agentserve.families").joinpath("templates", f"{name}.jinja")
     try:
         return path.read_text(encoding="utf-8")

@@ -16,11 +16,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "src" / "agentserve" / "data" / "tokenizer.json"
 VOCAB_SIZE = 6000
+# Pre-tokenization: words with one leading space, digit runs of up to three, punctuation runs, and
+# newline runs kept whole whatever follows them. The last point matters for prefix caching: a prompt
+# that ends in "\n\n" (Llama 3 headers) must tokenize the same as that prompt with text after it.
+SPLIT = r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 TRAINING_GLOBS = ("src/**/*.py", "src/**/*.jinja", "docs/**/*.md", "README.md", "bench/**/*.py")
 
 # Markers that are single (special) tokens in the real models, by family.
@@ -80,7 +84,12 @@ def training_files(root: Path) -> list[Path]:
 
 def build(root: Path, vocab_size: int) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -27,7 +27,8 @@ from agentserve.conversation import (
     ToolSpec,
 )
 from agentserve.families import FAMILIES, Family, UnknownFamilyError, get_family
-from agentserve.parsing import OutputParser, ParserOptions
+from agentserve.parsing import OutputParser, ParserOptions, sequential_call_id
+from agentserve.prompt.history import events_to_message
 
 TOOLS = (
     ToolSpec(
@@ -538,3 +539,31 @@ def follow_up(case: Case, turn: int = 0) -> Message:
 
 def conversation(*messages: Message) -> Conversation:
     return Conversation(SYSTEM, (QUESTION, *messages), TOOLS)
+
+
+def parse_turn(name: str, raw: str, starts_in_reasoning: bool, chunk: int = 0) -> Message:
+    """Raw output → the family's parser → OutputEvents → the assistant message history carries."""
+    parser = get_family(name).parser(ParserOptions(starts_in_reasoning, TOOLS, sequential_call_id))
+    size = chunk or max(len(raw), 1)
+    events = [e for i in range(0, len(raw), size) for e in parser.feed(raw[i : i + size])]
+    return events_to_message([*events, *parser.close()])
+
+
+def normalized(parts: tuple[Part, ...], keep_ids: bool) -> list[object]:
+    """Parts compared by meaning: tool-call ids only where the format writes them (Kimi)."""
+    out: list[object] = []
+    for p in parts:
+        if isinstance(p, ToolCall):
+            out.append((p.id if keep_ids else "", p.name, json.loads(p.arguments)))
+        else:
+            out.append(p)
+    return out
+
+
+def agent_turn_before(name: str, case: Case) -> tuple[Message, ...]:
+    """A turn without calls is checked inside an agent turn (after a call and its result), where its
+    reasoning is kept; plain chat turns drop theirs once the user speaks again (test_append_only)."""
+    if case.calls:
+        return ()
+    call = next(c for c in cases(name) if c.calls)
+    return (Message("assistant", call.parts), follow_up(call))

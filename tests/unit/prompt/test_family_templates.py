@@ -9,6 +9,7 @@ from prompt_cases import (
     FAMILY_NAMES,
     KWARGS,
     Case,
+    agent_turn_before,
     cases,
     conversation,
     family,
@@ -48,15 +49,6 @@ def test_documented_exceptions_really_differ_from_the_raw_output(name: str, case
     prompt = render(pipeline, name, *before)
     history = render(pipeline, name, *before, Message("assistant", case.parts), follow_up(case))
     assert not history.startswith(prompt + case.raw)
-
-
-def agent_turn_before(name: str, case: Case) -> tuple[Message, ...]:
-    """A turn without calls is rendered inside an agent turn (after a call and its result), where its
-    reasoning is kept; plain chat turns drop theirs once the user speaks again (test_append_only)."""
-    if case.calls:
-        return ()
-    call = next(c for c in cases(name) if c.calls)
-    return (Message("assistant", call.parts), follow_up(call))
 
 
 def test_every_registered_family_has_a_fallback_template_and_cases() -> None:

@@ -2,7 +2,8 @@
 
     {"system": "text" | ["text", …],
      "tools": [{"name", "description", "parameters"}],
-     "messages": [{"role": "system|user|assistant|tool", "content": "text" | [part, …]}]}
+     "messages": [{"role": "system|user|assistant|tool", "content": "text" | [part, …],
+                   "reasoning_content" | "reasoning": "text"  (assistant shorthand: reasoning first)}]}
 
 Parts: `{"type": "text", "text"}`, `{"type": "reasoning", "text", "signature"?}`,
 `{"type": "tool_call", "id", "name", "arguments": {…} | "json text"}`,
@@ -62,8 +63,11 @@ def _tool(t: Any) -> ToolSpec:
 def _message(m: Any) -> Message:
     if not isinstance(m, dict) or m.get("role") not in get_args(Role):
         raise RequestFormatError("each message needs a role: system, user, assistant or tool")
-    content = m.get("content", [])
-    parts = [Text(content)] if isinstance(content, str) else [_part(p) for p in content]
+    content = m.get("content") or []
+    parts: list[Part] = [Text(content)] if isinstance(content, str) else [_part(p) for p in content]
+    reasoning = m.get("reasoning_content", m.get("reasoning"))
+    if reasoning:
+        parts.insert(0, Reasoning(_str(reasoning, "reasoning")))
     return Message(cast(Role, m["role"]), tuple(parts))
 
 

@@ -102,9 +102,11 @@ def _environment() -> ImmutableSandboxedEnvironment:
 _ENV = _environment()
 
 # How templates read reasoning: Qwen, GLM, Kimi, MiniMax and Nemotron templates use
-# `reasoning_content`; gpt-oss templates use `message.thinking`.
+# `reasoning_content`; gpt-oss templates use `message.thinking`; templates written after vLLM renamed
+# the field read `message.reasoning`.
 _REASONING_KEYS = {
     "reasoning_content": re.compile(r"\breasoning_content\b"),
+    "reasoning": re.compile(r"\.reasoning\b|\[\s*['\"]reasoning['\"]\s*\]"),
     "thinking": re.compile(r"\.thinking\b|\[\s*['\"]thinking['\"]\s*\]"),
 }
 

@@ -4,6 +4,13 @@ The rendered prompt already holds every special token the template wrote (BOS in
 encoded without adding special tokens, as `transformers` does for chat templates; marker strings in
 the text (`<|im_start|>`, `<think>`) become their single ids.
 
+Agent prompts repeat: each turn is the previous prompt plus a little. Hugging Face tokenizers split
+text at added tokens (the chat markers) and tokenize the pieces between them independently, so the
+ids of a prompt are the ids of its pieces joined; we split the same way and remember the pieces
+(an LRU bounded by characters), so a turn only tokenizes what is new. Tokenizers whose added tokens
+strip neighbouring spaces, match single words or match after normalization split differently; for
+those every prompt is encoded whole.
+
 The embedded default (`agentserve/data/tokenizer.json`) is a small byte-level BPE that this repository
 builds itself (`scripts/build_tokenizer.py`): trained on the repository's own text, with every
 family's markers as special tokens. It is what `agentserve up` and the tests use, so nothing is
@@ -12,6 +19,8 @@ downloaded; its counts are exact for itself, not for any real model.
 
 from __future__ import annotations
 
+import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -21,13 +30,19 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from agentserve.prompt.template import TemplateLoadError
 
+DEFAULT_CACHE_CHARS = 16 * 1024 * 1024
+
 
 class Tokenizer:
-    __slots__ = ("_tok", "name")
+    __slots__ = ("_added", "_cache", "_cache_chars", "_cached", "_split", "_tok", "name")
 
-    def __init__(self, tokenizer: HFTokenizer, name: str) -> None:
+    def __init__(self, tokenizer: HFTokenizer, name: str, cache_chars: int = DEFAULT_CACHE_CHARS) -> None:
         self._tok = tokenizer
         self.name = name
+        self._split, self._added = _added_token_split(tokenizer)
+        self._cache: OrderedDict[str, list[int]] = OrderedDict()
+        self._cache_chars = cache_chars
+        self._cached = 0
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
@@ -44,7 +59,37 @@ class Tokenizer:
         return cls.from_file(path)
 
     def encode(self, text: str) -> list[int]:
+        if self._split is None:
+            return self._encode(text)
+        ids: list[int] = []
+        # re.split with one group alternates: text, marker, text, marker, …, text
+        for i, piece in enumerate(self._split.split(text)):
+            if i % 2:
+                ids.append(self._added[piece])
+            elif piece:
+                ids += self._piece(piece)
+        return ids
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+        self._cached = 0
+
+    def _encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
+
+    def _piece(self, piece: str) -> list[int]:
+        ids = self._cache.get(piece)
+        if ids is not None:
+            self._cache.move_to_end(piece)
+            return ids
+        ids = self._encode(piece)
+        if len(piece) <= self._cache_chars:
+            self._cache[piece] = ids
+            self._cached += len(piece)
+            while self._cached > self._cache_chars:
+                evicted, _ = self._cache.popitem(last=False)
+                self._cached -= len(evicted)
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
@@ -58,6 +103,17 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
+
+
+def _added_token_split(tokenizer: HFTokenizer) -> tuple[re.Pattern[str] | None, dict[str, int]]:
+    """A regex splitting text exactly where the tokenizer splits it (None where we cannot match it)."""
+    added = tokenizer.get_added_tokens_decoder()
+    if not added or any(t.lstrip or t.rstrip or t.single_word or t.normalized for t in added.values()):
+        return None, {}
+    ids = {t.content: i for i, t in added.items()}
+    # Longest first: the tokenizer matches leftmost-longest, Python's alternation leftmost-first.
+    alternatives = "|".join(re.escape(c) for c in sorted(ids, key=len, reverse=True))
+    return re.compile(f"({alternatives})"), ids
 
 
 EMBEDDED_NAME = "agentserve-embedded"

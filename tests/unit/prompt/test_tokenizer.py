@@ -9,7 +9,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prompt_cases import conversation, family
+from tokenizers import AddedToken
+from tokenizers import Tokenizer as HFTokenizer
 
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
 from agentserve.prompt.template import TemplateLoadError
@@ -93,3 +97,39 @@ def test_detects_a_prompt_that_ends_inside_an_open_reasoning_block(
 def test_a_prompt_without_a_generation_prompt_never_starts_in_reasoning() -> None:
     pipeline = PromptPipeline.for_family(family("deepseek-r1"))
     assert not render_prompt(conversation(), pipeline, add_generation_prompt=False).starts_in_reasoning
+
+
+MARKED_TEXT = st.lists(
+    st.one_of(
+        st.text(max_size=12),
+        st.sampled_from(
+            ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<s>", "<sop>", "]~b]", "\n\n"]
+        ),
+    ),
+    max_size=12,
+).map("".join)
+
+
+@given(MARKED_TEXT)
+def test_encoding_piece_by_piece_equals_encoding_whole(text: str) -> None:
+    tokenizer = embedded_tokenizer()
+    assert tokenizer.encode(text) == tokenizer.encode(text) == tokenizer._encode(text)
+
+
+def test_the_piece_cache_is_bounded_and_exact_for_a_growing_prompt(tmp_path: Path) -> None:
+    shutil.copy(embedded_path(), tmp_path / "tokenizer.json")
+    tokenizer = Tokenizer.from_file(tmp_path / "tokenizer.json")
+    small = Tokenizer(HFTokenizer.from_file(str(tmp_path / "tokenizer.json")), "small", cache_chars=64)
+    prompt = ""
+    for turn in range(20):
+        prompt += f"<|im_start|>user\nturn {turn}: " + "words " * turn + "<|im_end|>\n"
+        assert tokenizer.encode(prompt) == small.encode(prompt) == tokenizer._encode(prompt)
+        assert small._cached <= 64
+
+
+def test_a_tokenizer_whose_markers_strip_spaces_is_encoded_whole() -> None:
+    hf = HFTokenizer.from_str(embedded_path().read_text(encoding="utf-8"))
+    hf.add_tokens([AddedToken("<mask>", lstrip=True)])
+    tokenizer = Tokenizer(hf, "lstrip")
+    assert tokenizer._split is None
+    assert tokenizer.encode("a <mask> b") == hf.encode("a <mask> b", add_special_tokens=False).ids

@@ -61,35 +61,48 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         if self._split is None:
             return self._encode(text)
-        ids: list[int] = []
         # re.split with one group alternates: text, marker, text, marker, …, text
-        for i, piece in enumerate(self._split.split(text)):
+        pieces = self._split.split(text)
+        known: dict[str, list[int]] = {}
+        misses: dict[str, None] = {}
+        for piece in pieces[::2]:
+            if piece and piece not in known:
+                ids = self._cache.get(piece)
+                if ids is None:
+                    misses[piece] = None
+                else:
+                    known[piece] = ids
+                    self._cache.move_to_end(piece)
+        if misses:
+            new = dict(zip(misses, self._encode_many(list(misses)), strict=True))
+            known.update(new)
+            self._remember(new)
+        out: list[int] = []
+        for i, piece in enumerate(pieces):
             if i % 2:
-                ids.append(self._added[piece])
+                out.append(self._added[piece])
             elif piece:
-                ids += self._piece(piece)
-        return ids
+                out += known[piece]
+        return out
 
     def clear_cache(self) -> None:
         self._cache.clear()
         self._cached = 0
 
     def _encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self._encode_many([text])[0]
 
-    def _piece(self, piece: str) -> list[int]:
-        ids = self._cache.get(piece)
-        if ids is not None:
-            self._cache.move_to_end(piece)
-            return ids
-        ids = self._encode(piece)
-        if len(piece) <= self._cache_chars:
+    def _encode_many(self, texts: list[str]) -> list[list[int]]:
+        # The fast batch path skips offset tracking, which we never use (half the time of encode()).
+        return [e.ids for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def _remember(self, pieces: dict[str, list[int]]) -> None:
+        for piece, ids in pieces.items():
             self._cache[piece] = ids
             self._cached += len(piece)
-            while self._cached > self._cache_chars:
-                evicted, _ = self._cache.popitem(last=False)
-                self._cached -= len(evicted)
-        return ids
+        while self._cached > self._cache_chars and self._cache:
+            evicted, _ = self._cache.popitem(last=False)
+            self._cached -= len(evicted)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)

@@ -29,6 +29,7 @@ from agentserve.prompt.template import (
     PromptError,
     TemplateLoadError,
     load_model_templates,
+    read_template_file,
 )
 from agentserve.prompt.tokenizer import Tokenizer, embedded_tokenizer
 
@@ -66,8 +67,7 @@ class PromptPipeline:
         else:
             tokenizer = embedded_tokenizer()
             if config.chat_template is not None:
-                source = _read_template(Path(config.chat_template))
-                templates = ModelTemplates.single(source)
+                templates = ModelTemplates.single(read_template_file(Path(config.chat_template)))
         return cls(
             family,
             templates or ModelTemplates({"default": family_template(family)}),
@@ -90,13 +90,6 @@ def resolve_family(config: PromptConfig) -> Family:
     if family is None:
         raise TemplateLoadError(f"cannot infer the model family from {config.model!r}; set --family")
     return family
-
-
-def _read_template(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TemplateLoadError(f"cannot read chat template {path}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

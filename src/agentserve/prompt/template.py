@@ -255,10 +255,10 @@ def load_model_templates(model_dir: str | Path, override: str | Path | None = No
         config = _read_json(config_path)
     special = _special_tokens(config)
     if override is not None:
-        return ModelTemplates({"default": ChatTemplate(_read_text(Path(override)))}, special)
+        return ModelTemplates({"default": ChatTemplate(read_template_file(Path(override)))}, special)
     jinja_file = root / "chat_template.jinja"
     if jinja_file.is_file():
-        return ModelTemplates({"default": ChatTemplate(_read_text(jinja_file))}, special)
+        return ModelTemplates({"default": ChatTemplate(read_template_file(jinja_file))}, special)
     if config.get("chat_template") is not None:
         return ModelTemplates(parse_template_field(config["chat_template"]), special)
     processor = root / "chat_template.json"
@@ -269,7 +269,8 @@ def load_model_templates(model_dir: str | Path, override: str | Path | None = No
     return None
 
 
-def _read_text(path: Path) -> str:
+def read_template_file(path: Path) -> str:
+    """A chat template file's text (errors become TemplateLoadError)."""
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -278,7 +279,7 @@ def _read_text(path: Path) -> str:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        value = json.loads(_read_text(path))
+        value = json.loads(read_template_file(path))
     except json.JSONDecodeError as exc:
         raise TemplateLoadError(f"{path} is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):

@@ -20,6 +20,7 @@ downloaded; its counts are exact for itself, not for any real model.
 from __future__ import annotations
 
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cache
@@ -34,7 +35,7 @@ DEFAULT_CACHE_CHARS = 16 * 1024 * 1024
 
 
 class Tokenizer:
-    __slots__ = ("_added", "_cache", "_cache_chars", "_cached", "_split", "_tok", "name")
+    __slots__ = ("_added", "_cache", "_cache_chars", "_cached", "_lock", "_split", "_tok", "name")
 
     def __init__(self, tokenizer: HFTokenizer, name: str, cache_chars: int = DEFAULT_CACHE_CHARS) -> None:
         self._tok = tokenizer
@@ -43,6 +44,7 @@ class Tokenizer:
         self._cache: OrderedDict[str, list[int]] = OrderedDict()
         self._cache_chars = cache_chars
         self._cached = 0
+        self._lock = threading.Lock()  # shared across requests; encoding runs outside it
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
@@ -65,18 +67,20 @@ class Tokenizer:
         pieces = self._split.split(text)
         known: dict[str, list[int]] = {}
         misses: dict[str, None] = {}
-        for piece in pieces[::2]:
-            if piece and piece not in known:
-                ids = self._cache.get(piece)
-                if ids is None:
-                    misses[piece] = None
-                else:
-                    known[piece] = ids
-                    self._cache.move_to_end(piece)
+        with self._lock:
+            for piece in pieces[::2]:
+                if piece and piece not in known:
+                    ids = self._cache.get(piece)
+                    if ids is None:
+                        misses[piece] = None
+                    else:
+                        known[piece] = ids
+                        self._cache.move_to_end(piece)
         if misses:
             new = dict(zip(misses, self._encode_many(list(misses)), strict=True))
             known.update(new)
-            self._remember(new)
+            with self._lock:
+                self._remember(new)
         out: list[int] = []
         for i, piece in enumerate(pieces):
             if i % 2:
@@ -86,8 +90,9 @@ class Tokenizer:
         return out
 
     def clear_cache(self) -> None:
-        self._cache.clear()
-        self._cached = 0
+        with self._lock:
+            self._cache.clear()
+            self._cached = 0
 
     def _encode(self, text: str) -> list[int]:
         return self._encode_many([text])[0]
@@ -98,8 +103,9 @@ class Tokenizer:
 
     def _remember(self, pieces: dict[str, list[int]]) -> None:
         for piece, ids in pieces.items():
+            if piece not in self._cache:  # another thread may have added it meanwhile
+                self._cached += len(piece)
             self._cache[piece] = ids
-            self._cached += len(piece)
         while self._cached > self._cache_chars and self._cache:
             evicted, _ = self._cache.popitem(last=False)
             self._cached -= len(evicted)

@@ -10,6 +10,11 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentserve.conversation import Conversation
+    from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -39,6 +44,135 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+# Request decoders for `render --api` and `drift --api`: "module:function" taking the parsed JSON body
+# and returning a Conversation. The API codecs add their entries as they land.
+REQUEST_DECODERS: dict[str, str] = {
+    "canonical": "agentserve.prompt.canonical:conversation_from_json",
+    "anthropic": "agentserve.api.anthropic:decode_request",
+    "chat": "agentserve.api.chat:decode_request",
+    "responses": "agentserve.api.responses:decode_request",
+}
+
+
+class _CliError(Exception):
+    pass
+
+
+def _decode_request(api: str, text: str) -> Conversation:
+    from importlib import import_module
+
+    from agentserve.conversation import Conversation
+    from agentserve.prompt.template import PromptError
+
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _CliError(f"request body is not JSON: {exc}") from exc
+    module_name, _, function = REQUEST_DECODERS[api].partition(":")
+    try:
+        decode = getattr(import_module(module_name), function)
+    except (ImportError, AttributeError):
+        raise _CliError(f"--api {api}: that API codec is not available in this build") from None
+    try:
+        conversation = decode(body)
+    except PromptError as exc:
+        raise _CliError(str(exc)) from exc
+    if not isinstance(conversation, Conversation):
+        raise _CliError(f"--api {api}: the decoder did not return a Conversation")
+    return conversation
+
+
+def _pipeline(args: argparse.Namespace) -> PromptPipeline:
+    from agentserve.config import PromptConfig, config_from_args
+    from agentserve.prompt.pipeline import PromptPipeline
+
+    config = config_from_args(PromptConfig, args)
+    if args.no_strip:
+        config = config.model_copy(update={"strip_anthropic_preamble": False, "strip_pattern": []})
+    return PromptPipeline.from_config(config)
+
+
+def _render(args: argparse.Namespace, text: str, pipeline: PromptPipeline) -> RenderedPrompt:
+    from agentserve.prompt.pipeline import render_prompt
+
+    return render_prompt(_decode_request(args.api, text), pipeline, enable_thinking=args.enable_thinking)
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from agentserve.config import ConfigError
+    from agentserve.prompt.template import PromptError
+
+    try:
+        pipeline = _pipeline(args)
+        rendered = _render(args, sys.stdin.read(), pipeline)
+    except (_CliError, PromptError, ConfigError) as exc:
+        print(f"agentserve render: {exc}", file=sys.stderr)
+        return 2
+    if args.tokens:
+        report = {
+            "tokens": len(rendered.token_ids),
+            "block_size": pipeline.block_size,
+            "block_hashes": [f"{h:016x}" for h in rendered.block_hashes],
+            "stripped": dict(rendered.stripped),
+            "replay": rendered.replay,
+            "starts_in_reasoning": rendered.starts_in_reasoning,
+            "tokenizer": pipeline.tokenizer.name,
+        }
+        print(json.dumps(report, indent=2))
+    else:
+        sys.stdout.write(rendered.text)
+    return 0
+
+
+def _cmd_drift(args: argparse.Namespace) -> int:
+    from agentserve.config import ConfigError
+    from agentserve.prompt.drift import compare
+    from agentserve.prompt.template import PromptError
+
+    try:
+        pipeline = _pipeline(args)
+        first = _render(args, _read(args.first), pipeline)
+        second = _render(args, _read(args.second), pipeline)
+        generated = pipeline.tokenizer.encode(_read(args.generated)) if args.generated else []
+    except (_CliError, PromptError, ConfigError) as exc:
+        print(f"agentserve drift: {exc}", file=sys.stderr)
+        return 2
+    previous = [*first.token_ids, *generated]
+    report = compare(previous, second.token_ids, pipeline.tokenizer.decode)
+    print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    return 1 if report.drifted else 0
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise _CliError(f"cannot read {path}: {exc}") from exc
+
+
+def _add_prompt_flags(p: argparse.ArgumentParser) -> None:
+    from agentserve.config import PromptConfig, add_config_flags
+
+    add_config_flags(p, PromptConfig)
+    p.add_argument(
+        "--api",
+        choices=sorted(REQUEST_DECODERS),
+        default="canonical",
+        help="request body format (canonical: agentserve's JSON form of a Conversation, docs/prompt.md)",
+    )
+    p.add_argument(
+        "--replay", dest="replay_policy", choices=["auto", "native", "inject", "drop"], help=argparse.SUPPRESS
+    )
+    p.add_argument("--no-strip", action="store_true", help="keep volatile spans (billing line, patterns)")
+    p.add_argument(
+        "--enable-thinking",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="pass enable_thinking to the chat template (default: leave it unset)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentserve import __version__
 
@@ -62,6 +196,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-merge", action="store_true", help="print every event as the parser emitted it")
     p.set_defaults(handler=_cmd_parse)
+
+    p = sub.add_parser(
+        "render",
+        help="render a request (stdin) into the prompt the model sees",
+        description="Reads a request body on stdin and prints the rendered prompt: volatile spans "
+        "stripped, past reasoning replayed by policy, the model's chat template (or the family's). "
+        "With --tokens, prints the token count and block hashes as JSON instead.",
+    )
+    _add_prompt_flags(p)
+    p.add_argument("--tokens", action="store_true", help="print token count and block hashes as JSON")
+    p.set_defaults(handler=_cmd_render)
+
+    p = sub.add_parser(
+        "drift",
+        help="render two consecutive requests and report where the second stops extending the first",
+        description="Renders FIRST and SECOND (request bodies) and prints the prefix drift report: the "
+        "first differing token, reusable tokens and the text around it. Exit status 1 when SECOND "
+        "rewrites part of FIRST (plus --generated, the model's raw output for FIRST).",
+    )
+    _add_prompt_flags(p)
+    p.add_argument("first", help="the earlier request body (JSON file)")
+    p.add_argument("second", help="the later request body (JSON file)")
+    p.add_argument("--generated", help="file with the model's raw output for FIRST")
+    p.set_defaults(handler=_cmd_drift)
     return parser
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 
 from agentserve.parsing.stream import OutputParser, ParserOptions
 
@@ -28,6 +30,15 @@ class Family:
             self, "_compiled", tuple(re.compile(p, re.IGNORECASE) for p in self.model_patterns)
         )
 
+    @property
+    def chat_template(self) -> str:
+        """The family's fallback chat template (Jinja source, `families/templates/<name>.jinja`).
+
+        Used when a model directory has no template of its own, and as the test oracle: an assistant
+        turn rendered from parsed output reproduces the model's raw output.
+        """
+        return fallback_template(self.name)
+
     def matches_model(self, model: str) -> bool:
         return any(p.search(model) for p in self._compiled)
 
@@ -38,3 +49,17 @@ class Family:
         if starts_in_reasoning is not None and starts_in_reasoning != options.starts_in_reasoning:
             options = ParserOptions(starts_in_reasoning, options.tools, options.id_factory)
         return self.make_parser(options)
+
+
+class MissingTemplateError(LookupError):
+    pass
+
+
+@cache
+def fallback_template(name: str) -> str:
+    """The fallback chat template shipped for family `name` (its Jinja source)."""
+    path = resources.files("agentserve.families").joinpath("templates", f"{name}.jinja")
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MissingTemplateError(f"family {name!r} has no fallback chat template ({name}.jinja)") from None

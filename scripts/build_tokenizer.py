@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Build the embedded default tokenizer: `src/agentserve/data/tokenizer.json`.
+
+A small byte-level BPE trained with Hugging Face `tokenizers` on this repository's own text (sources,
+chat templates, docs), with every model family's chat and tool markers as special tokens, so each
+marker is one token as in the real models. Byte-level means any text encodes; the vocabulary is small
+so the file stays well under 1 MB. Run from the repository root after adding a family's markers:
+
+    python scripts/build_tokenizer.py
+
+The output is committed; building twice from the same tree gives the same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT = ROOT / "src" / "agentserve" / "data" / "tokenizer.json"
+VOCAB_SIZE = 6000
+# Pre-tokenization: words with one leading space, digit runs of up to three, punctuation runs, and
+# newline runs kept whole whatever follows them. The last point matters for prefix caching: a prompt
+# that ends in "\n\n" (Llama 3 headers) must tokenize the same as that prompt with text after it.
+SPLIT = r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+TRAINING_GLOBS = ("src/**/*.py", "src/**/*.jinja", "docs/**/*.md", "README.md", "bench/**/*.py")
+
+# Markers that are single (special) tokens in the real models, by family.
+MARKERS = {
+    "chatml (qwen3, qwen3-coder, nemotron 3)": [
+        "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>",
+        "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+    ],
+    "deepseek": [
+        "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+        "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+        "<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>",
+        "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>",
+    ],
+    "kimi-k2": [
+        "<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>",
+        "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+        "<|tool_call_section_begin|>", "<|tool_call_section_end|>",
+        "<|tool_call_begin|>", "<|tool_call_end|>", "<|tool_call_argument_begin|>",
+    ],
+    "gpt-oss (harmony)": [
+        "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>",
+    ],
+    "glm-4.5": [
+        "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
+        "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+    ],
+    "minimax-m2": ["]~!b[", "]~b]", "[e~[", "<minimax:tool_call>", "</minimax:tool_call>"],
+    "mistral": [
+        "<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+        "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
+        "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[THINK]", "[/THINK]",
+    ],
+    "llama 3 (llama3-json, pythonic)": [
+        "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+        "<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<|python_start|>", "<|python_end|>",
+    ],
+    "nemotron": [
+        "<TOOLCALL>", "</TOOLCALL>", "<AVAILABLE_TOOLS>", "</AVAILABLE_TOOLS>",
+        "<TOOL_RESPONSE>", "</TOOL_RESPONSE>",
+    ],
+}
+
+
+def special_tokens() -> list[str]:
+    seen: dict[str, None] = {}
+    for markers in MARKERS.values():
+        for marker in markers:
+            seen.setdefault(marker, None)
+    return list(seen)
+
+
+def training_files(root: Path) -> list[Path]:
+    files = {p for pattern in TRAINING_GLOBS for p in root.glob(pattern) if p.is_file()}
+    return sorted(files)
+
+
+def build(root: Path, vocab_size: int) -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        show_progress=False,
+        special_tokens=special_tokens(),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    texts = [p.read_text(encoding="utf-8") for p in training_files(root)]
+    tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    return tokenizer
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
+    args = parser.parse_args()
+    tokenizer = build(ROOT, args.vocab_size)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(tokenizer.to_str(pretty=False) + "\n", encoding="utf-8")
+    size = args.output.stat().st_size
+    print(f"{args.output}: {tokenizer.get_vocab_size()} tokens, {size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

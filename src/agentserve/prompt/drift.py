@@ -1,0 +1,130 @@
+"""Prefix drift detection: where did this prompt stop extending the previous turn?
+
+Per session, remember the last prompt's tokens plus the tokens the model generated for it. The next
+prompt of that session should start with exactly those tokens; if it does not, the KV cache from the
+first differing token on is lost. The report says where (token index), how many tokens were reusable,
+and shows ~80 characters on each side, which is how a new cache-poisoning span (a date, an id, a
+re-serialised tool call) is found without waiting for someone to write a blog post about it.
+
+`compare` is pure. `DriftDetector` is the bounded memory around it: an LRU over sessions, capped by
+session count and by total stored tokens.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+Decode = Callable[[Sequence[int]], str]
+
+CONTEXT_CHARS = 80
+_CONTEXT_TOKENS = 96  # decoded around the divergence; tokens are at least one character here
+
+
+@dataclass(frozen=True, slots=True)
+class DriftReport:
+    index: int  # first token where the prompt differs from previous prompt + output
+    previous_tokens: int  # length of previous prompt + output
+    prompt_tokens: int
+    before: str  # common text just before the divergence
+    previous_after: str  # what the previous turn had from there
+    prompt_after: str  # what this prompt has from there
+
+    @property
+    def reusable_tokens(self) -> int:
+        return self.index
+
+    @property
+    def drifted(self) -> bool:
+        """True when the prompt rewrote part of the previous turn (not a pure extension or a retry)."""
+        return self.index < self.previous_tokens and self.index < self.prompt_tokens
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "drifted": self.drifted,
+            "index": self.index,
+            "reusable_tokens": self.reusable_tokens,
+            "previous_tokens": self.previous_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "before": self.before,
+            "previous_after": self.previous_after,
+            "prompt_after": self.prompt_after,
+        }
+
+
+def _ids(tokens: Sequence[int]) -> array[int]:
+    return tokens if isinstance(tokens, array) else array("I", tokens)
+
+
+def common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    a, b = _ids(first), _ids(second)  # one type, so slices compare element-wise at C speed
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the usual case: the prompt extends the previous turn
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]: bisect on slice equality
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def compare(previous: Sequence[int], prompt: Sequence[int], decode: Decode) -> DriftReport:
+    i = common_prefix(previous, prompt)
+    before = decode(prompt[max(0, i - _CONTEXT_TOKENS) : i])[-CONTEXT_CHARS:]
+    return DriftReport(
+        index=i,
+        previous_tokens=len(previous),
+        prompt_tokens=len(prompt),
+        before=before,
+        previous_after=decode(previous[i : i + _CONTEXT_TOKENS])[:CONTEXT_CHARS],
+        prompt_after=decode(prompt[i : i + _CONTEXT_TOKENS])[:CONTEXT_CHARS],
+    )
+
+
+class DriftDetector:
+    """Remembers each session's last prompt + output; LRU-bounded by sessions and total tokens."""
+
+    def __init__(self, decode: Decode, max_sessions: int = 1024, max_tokens: int = 64 * 1024 * 1024) -> None:
+        if max_sessions < 1 or max_tokens < 1:
+            raise ValueError("max_sessions and max_tokens must be positive")
+        self._decode = decode
+        self._max_sessions = max_sessions
+        self._max_tokens = max_tokens
+        self._sessions: OrderedDict[str, array[int]] = OrderedDict()
+        self._tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    @property
+    def stored_tokens(self) -> int:
+        return self._tokens
+
+    def check(self, session: str, prompt: Sequence[int]) -> DriftReport | None:
+        """Compare `prompt` with the session's previous prompt + output (None for a new session)."""
+        previous = self._sessions.get(session)
+        if previous is None:
+            return None
+        self._sessions.move_to_end(session)
+        return compare(previous, prompt, self._decode)
+
+    def remember(self, session: str, prompt: Sequence[int], generated: Sequence[int] = ()) -> None:
+        """Record what this turn's prompt and output were, for the session's next prompt."""
+        old = self._sessions.pop(session, None)
+        if old is not None:
+            self._tokens -= len(old)
+        tokens = array("I", prompt)
+        tokens.extend(generated)
+        if len(tokens) > self._max_tokens:
+            return  # larger than the whole budget: not worth evicting everything else for
+        self._sessions[session] = tokens
+        self._tokens += len(tokens)
+        while len(self._sessions) > self._max_sessions or self._tokens > self._max_tokens:
+            _, evicted = self._sessions.popitem(last=False)
+            self._tokens -= len(evicted)

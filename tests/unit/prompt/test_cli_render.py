@@ -1,0 +1,90 @@
+"""`agentserve render` and `agentserve drift` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+BILLING = "x-anthropic-billing-header: cc_version=2.1.197.d49; cc_entrypoint=sdk-cli;"
+
+
+def request(date: str = "2026-01-01", billing: str = BILLING) -> dict[str, Any]:
+    return {
+        "system": [billing, "You are Claude Code."],
+        "tools": [{"name": "Bash", "description": "Run", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": f"Today's date is {date}. Run the tests."},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "reasoning", "text": "Use Bash."},
+                    {
+                        "type": "tool_call",
+                        "id": "toolu_1",
+                        "name": "Bash",
+                        "arguments": {"command": "pytest"},
+                    },
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "call_id": "toolu_1", "content": "ok"}]},
+        ],
+    }
+
+
+def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentserve", *args], input=stdin, capture_output=True, text=True, check=False
+    )
+
+
+def test_render_prints_the_prompt_without_the_billing_line() -> None:
+    result = run("render", "--family", "qwen3", stdin=json.dumps(request()))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("<|im_start|>system\nYou are Claude Code.")
+    assert "<think>\nUse Bash.\n</think>" in result.stdout
+    assert result.stdout.endswith("<|im_start|>assistant\n")
+
+
+def test_render_tokens_reports_counts_hashes_and_what_was_stripped() -> None:
+    result = run("render", "--family", "qwen3", "--tokens", "--block-size", "16", stdin=json.dumps(request()))
+    report = json.loads(result.stdout)
+    assert report["tokens"] > 16 and report["block_size"] == 16
+    assert len(report["block_hashes"]) == report["tokens"] // 16
+    assert all(len(h) == 16 for h in report["block_hashes"])
+    assert report["stripped"] == {"anthropic_billing": 1}
+    assert report["replay"] == "native" and report["starts_in_reasoning"] is False
+
+
+def test_render_options_change_the_prompt() -> None:
+    body = json.dumps(request())
+    kept = run("render", "--family", "qwen3", "--no-strip", stdin=body).stdout
+    assert kept.startswith("<|im_start|>system\nx-anthropic-billing-header:")
+    dropped = run("render", "--family", "qwen3", "--replay", "drop", stdin=body).stdout
+    assert "Use Bash." not in dropped
+
+
+def test_render_errors_are_clear_and_exit_2() -> None:
+    assert "not JSON" in run("render", "--family", "qwen3", stdin="{").stderr
+    result = run("render", "--family", "qwen3", "--api", "anthropic", stdin="{}")
+    assert result.returncode == 2 and "--api anthropic" in result.stderr
+    result = run("render", "--family", "qwen3", stdin='{"messages": [{"role": "x"}]}')
+    assert result.returncode == 2 and "role" in result.stderr
+
+
+def test_drift_reports_where_the_second_request_stops_extending_the_first(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps(request("2026-01-01")), encoding="utf-8")
+    second.write_text(json.dumps(request("2026-01-01", BILLING.replace("d49", "a3f"))), encoding="utf-8")
+    same = run("drift", str(first), str(second), "--family", "qwen3")
+    assert same.returncode == 0, same.stderr
+    assert json.loads(same.stdout)["drifted"] is False
+
+    second.write_text(json.dumps(request("2026-01-02")), encoding="utf-8")
+    moved = run("drift", str(first), str(second), "--family", "qwen3")
+    report = json.loads(moved.stdout)
+    assert moved.returncode == 1
+    assert report["drifted"] is True and report["before"].endswith("Today's date is 2026-01-")
+    assert report["previous_after"].startswith("01") and report["prompt_after"].startswith("02")

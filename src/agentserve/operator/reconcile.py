@@ -180,7 +180,7 @@ def component_verdict(deployment: Mapping[str, Any] | None, pods: list[Mapping[s
     problem = _pod_problem(p for p in pods if not _pod_ready(p))
     if problem is not None:
         return problem
-    if updated < desired:
+    if updated < desired and int(status.get("replicas") or 0) > updated:  # old pods still around
         return Verdict(False, "RollingUpdate", f"{updated}/{desired} pods updated, {ready}/{desired} ready")
     return Verdict(False, "PodsNotReady", f"{ready}/{desired} pods ready")
 

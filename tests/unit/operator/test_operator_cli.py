@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubecheck import assert_valid
 
 from agentserve.cli import main
 from agentserve.operator.crd import crd_yaml, helm_crd_template
+from kubecheck import assert_valid
 
 VALID = """\
 apiVersion: agentserve.dev/v1alpha1

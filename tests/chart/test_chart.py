@@ -35,6 +35,7 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         [str(HELM), *args],
         capture_output=True,
         text=True,
+        check=False,
         timeout=60,
         env={**os.environ, "HELM_CACHE_HOME": "/tmp/h"},
     )

@@ -459,7 +459,8 @@ def _placement(spec: AgentServingDeploymentSpec, component: Component) -> dict[s
     selector = dict(cs.node_selector)
     tolerations = [dict(t) for t in cs.tolerations]
     affinity = cs.affinity
-    if component == "worker":
+    if component == "worker" and spec.resolved_gpus_per_worker() > 0:
+        # The GPU node pool; sim workers need no GPU and go wherever workers.* places them.
         selector = {**spec.node_pool.node_selector, **selector}
         tolerations = [dict(t) for t in spec.node_pool.tolerations] + tolerations
         affinity = affinity if affinity is not None else spec.node_pool.affinity

@@ -386,7 +386,7 @@ _SHADOWED_KV_OPTIONS = {
 
 
 class NodePool(_Spec):
-    """Where worker pods run. Defaults target B200 nodes; frontend and router pods stay off GPU nodes."""
+    """Where GPU worker pods run: B200 nodes by default. Frontend, router and sim workers stay off them."""
 
     node_selector: dict[str, str] = Field(
         {"nvidia.com/gpu.product": B200_PRODUCT},

@@ -389,6 +389,8 @@ def test_workers_get_b200_placement_and_others_do_not() -> None:
     for component in ("frontend", "router"):
         assert "nodeSelector" not in pod(objs, component)
         assert "tolerations" not in pod(objs, component)
+    sim = pod(objects({"workers": {"engine": "sim", "nodeSelector": {"pool": "cpu"}}}), "worker")
+    assert sim["nodeSelector"] == {"pool": "cpu"} and "tolerations" not in sim
 
 
 def test_node_pool_is_overridable() -> None:

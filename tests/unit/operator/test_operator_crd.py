@@ -330,3 +330,10 @@ def test_llm_api_options_cannot_shadow_spec_fields() -> None:
         {**MINIMAL, "workers": {"llmApiOptions": {"kv_cache_config": {"dtype": "fp8"}}}}
     )
     assert ok.workers.llm_api_options == {"kv_cache_config": {"dtype": "fp8"}}
+
+
+def test_generated_doc_sections_are_current() -> None:
+    from agentserve.operator.docs import update
+
+    text = (ROOT / "docs" / "kubernetes.md").read_text(encoding="utf-8")
+    assert update(text) == text, "docs/kubernetes.md is stale: run scripts/generate"

@@ -48,7 +48,9 @@ class Cluster(Protocol):
 class KubeCluster:
     """`Cluster` over the official kubernetes client (in-cluster config, else kubeconfig)."""
 
-    def __init__(self, api_client: Any = None, field_manager: str = MANAGED_BY) -> None:
+    def __init__(
+        self, api_client: Any = None, field_manager: str = MANAGED_BY, discovery_cache: str | None = None
+    ) -> None:
         # The client's typing varies by release: hold its modules as Any.
         config: Any = importlib.import_module("kubernetes.config")
         client: Any = importlib.import_module("kubernetes.client")
@@ -59,7 +61,7 @@ class KubeCluster:
             except config.ConfigException:
                 config.load_kube_config()
             api_client = client.ApiClient()
-        self._dyn: Any = dynamic.DynamicClient(api_client)
+        self._dyn: Any = dynamic.DynamicClient(api_client, cache_file=discovery_cache)
         self._field_manager = field_manager
 
     def _resource(self, api_version: str, kind: str) -> Any:

@@ -95,3 +95,35 @@ def test_invalid_input_exits_2_naming_the_field(
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["manifests", "-f", str(tmp_path / "nope.yaml")], capsys)
     assert code == 2 and "nope.yaml" in err
+
+
+def test_operator_command_passes_its_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentserve.operator import handlers
+
+    seen: dict[str, object] = {}
+
+    def fake_run(**kwargs: object) -> int:
+        seen.update(kwargs)
+        return 0
+
+    monkeypatch.setattr(handlers, "run_operator", fake_run)
+    assert main(["operator", "-n", "ai", "-n", "research", "--metrics-port", "0", "--liveness", ""]) == 0
+    assert seen == {"namespaces": ["ai", "research"], "liveness": "", "metrics_port": 0, "verbose": False}
+
+
+def test_kopf_run_module_registers_handlers_and_the_cli_does_not_need_kopf() -> None:
+    import subprocess
+    import sys
+
+    env_code = (
+        "import sys, kopf, agentserve.operator as op; "
+        "assert op.handlers.reconcile; "
+        "ids = {h.id for h in kopf.get_default_registry()._changing.get_all_handlers()}; "
+        "assert 'reconcile' in ids, ids"
+    )
+    subprocess.run([sys.executable, "-c", env_code], check=True, timeout=60)
+    light = (
+        "import sys, agentserve.operator.manifests, agentserve.operator.crd; "
+        "assert 'kopf' not in sys.modules and 'kubernetes' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", light], check=True, timeout=60)

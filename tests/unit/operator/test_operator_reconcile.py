@@ -452,3 +452,23 @@ def test_handlers_are_registered_with_kopf() -> None:
     watched = {h.id for h in registry._watching.get_all_handlers()}
     assert {"child-deployments", "child-services", "child-configmaps"} <= watched
     assert handlers.RESYNC_SECONDS <= 60
+
+
+def test_kopf_handlers_write_status_into_the_patch() -> None:
+    import kopf
+
+    from agentserve.operator import handlers
+
+    cluster = FakeCluster()
+    memo = kopf.Memo()
+    memo.agentserve = State(cluster)
+    for handler in (handlers.reconcile, handlers.resync):
+        patch = kopf.Patch()
+        handler(body=kopf.Body(cr()), patch=patch, memo=memo, logger=LOG)
+        assert [c["type"] for c in patch["status"]["conditions"]] == [
+            "Ready",
+            "FrontendReady",
+            "RouterReady",
+            "WorkersReady",
+        ]
+    assert kinds_of(cluster.applied).count("Deployment") == 3

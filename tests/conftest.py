@@ -11,3 +11,6 @@ sys.path.insert(0, str(Path(__file__).parent / "unit" / "families"))
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile("ci")
+
+# Shared helpers for the Kubernetes tests (tests/kubecheck.py), imported by bare name.
+sys.path.insert(0, str(Path(__file__).parent))

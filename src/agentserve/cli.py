@@ -173,6 +173,43 @@ def _add_prompt_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _cmd_crd(args: argparse.Namespace) -> int:
+    from agentserve.operator.crd import crd_yaml, helm_crd_template
+
+    sys.stdout.write(helm_crd_template() if args.helm else crd_yaml())
+    return 0
+
+
+def _cmd_manifests(args: argparse.Namespace) -> int:
+    from agentserve.operator.manifests import ManifestError, render
+
+    try:
+        if args.filename == "-":
+            text, source = sys.stdin.read(), "<stdin>"
+        else:
+            with open(args.filename, encoding="utf-8") as f:
+                text, source = f.read(), args.filename
+        sys.stdout.write(render(text, args.namespace, source))
+    except OSError as exc:
+        print(f"agentserve manifests: {exc}", file=sys.stderr)
+        return 2
+    except ManifestError as exc:
+        print(f"agentserve manifests: invalid AgentServingDeployment\n{exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cmd_operator(args: argparse.Namespace) -> int:
+    from agentserve.operator.handlers import run_operator
+
+    return run_operator(
+        namespaces=args.namespace or [],
+        liveness=args.liveness,
+        metrics_port=args.metrics_port,
+        verbose=args.verbose,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentserve import __version__
 
@@ -220,6 +257,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("second", help="the later request body (JSON file)")
     p.add_argument("--generated", help="file with the model's raw output for FIRST")
     p.set_defaults(handler=_cmd_drift)
+
+    p = sub.add_parser(
+        "crd",
+        help="print the AgentServingDeployment CustomResourceDefinition (YAML)",
+        description="Prints the CRD generated from the spec model (agentserve.operator.spec).",
+    )
+    p.add_argument("--helm", action="store_true", help="print the Helm chart's CRD template instead")
+    p.set_defaults(handler=_cmd_crd)
+
+    p = sub.add_parser(
+        "manifests",
+        help="print the Kubernetes objects the operator would create for an AgentServingDeployment",
+        description="Validates AgentServingDeployment documents against the CRD's schema and rules and "
+        "prints the objects the operator would apply, as a YAML stream (a dry run). Exit code 2 on "
+        "invalid input, with the offending field named.",
+    )
+    p.add_argument(
+        "-f", "--filename", required=True, help="YAML file with AgentServingDeployments ('-': stdin)"
+    )
+    p.add_argument("-n", "--namespace", default="default", help="namespace when a document names none")
+    p.set_defaults(handler=_cmd_manifests)
+
+    p = sub.add_parser(
+        "operator",
+        help="run the Kubernetes operator (kopf) for AgentServingDeployments",
+        description="Runs the kopf operator (same as `kopf run -m agentserve.operator --standalone`). "
+        "Needs the `operator` extra (kopf, kubernetes) and in-cluster or kubeconfig credentials.",
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        help="namespace to watch (repeatable; default: all namespaces)",
+    )
+    p.add_argument(
+        "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL ('' to disable)"
+    )
+    p.add_argument("--metrics-port", type=int, default=8081, help="port of /metrics (0 to disable)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(handler=_cmd_operator)
     return parser
 
 

@@ -55,6 +55,9 @@ class PromptConfig(_Config):
     block_size: int = Field(32, ge=1, description="tokens per KV block (must match the workers)")
     hash_seed: int = Field(0, ge=0, description="seed of the chained block hashes")
     context_length: int | None = Field(None, ge=1, description="context window in tokens")
+    tokenizer: str | None = Field(
+        None, description="tokenizer directory or tokenizer.json (default: model_path)"
+    )
 
 
 class FrontendConfig(PromptConfig):
@@ -98,6 +101,9 @@ class WorkerConfig(_Config):
     free_gpu_memory_fraction: float = Field(0.9, gt=0, le=1, description="GPU memory share for KV cache")
     enable_block_reuse: bool = Field(True, description="reuse KV blocks across requests (prefix cache)")
     extra_llm_api_options: str | None = Field(None, description="YAML of extra TensorRT-LLM LLM() options")
+    max_seq_len: int | None = Field(
+        None, ge=1, description="longest sequence, prompt + output (default: model's)"
+    )
 
 
 C = TypeVar("C", bound=BaseModel)

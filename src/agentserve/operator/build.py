@@ -1,0 +1,766 @@
+"""Desired state as a pure function: an `AgentServingDeployment` spec → the Kubernetes objects it needs.
+
+`build(spec, name, namespace, uid)` returns plain dicts (what server-side apply sends). Nothing here
+talks to a cluster; `agentserve manifests` prints the result and the operator applies it.
+
+The component configuration goes through `agentserve.config`: `MAPPINGS` is the one table of which
+spec field lands in which component config key. `render_configs` walks it, validates the result by
+constructing `FrontendConfig`/`RouterConfig`/`WorkerConfig`, and the ConfigMap carries their YAML,
+which each container reads with `agentserve <component> --config /etc/agentserve/<component>.yaml`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel
+
+from agentserve import __version__
+from agentserve.config import FrontendConfig, RouterConfig, WorkerConfig, config_to_yaml
+from agentserve.operator.spec import API_VERSION, KIND, AgentServingDeploymentSpec, ComponentSpec
+
+Component = Literal["frontend", "router", "worker"]
+COMPONENTS: tuple[Component, ...] = ("frontend", "router", "worker")
+CONFIG_MODELS: dict[Component, type[BaseModel]] = {
+    "frontend": FrontendConfig,
+    "router": RouterConfig,
+    "worker": WorkerConfig,
+}
+
+PORTS: dict[Component, int] = {"frontend": 8000, "router": 8100, "worker": 8200}
+KV_EVENTS_PORT = 5557
+CONFIG_DIR = "/etc/agentserve"
+MODEL_DIR = "/models"
+CACHE_DIR = "/var/cache/agentserve"
+AUTH_DIR = "/etc/agentserve/auth"
+TRACE_DIR = "/var/lib/agentserve/traces"
+TEMPLATE_DIR = "/etc/agentserve/chat-template"
+LLM_API_OPTIONS_KEY = "llm-api-options.yaml"
+INLINE_TEMPLATE_KEY = "chat-template.jinja"
+RUN_AS = 1000
+
+IMAGE_REPOSITORY = "ghcr.io/agentserve"
+MANAGED_BY = "agentserve-operator"
+CONFIG_HASH_ANNOTATION = "agentserve.dev/config-hash"
+
+L_NAME = "app.kubernetes.io/name"
+L_INSTANCE = "app.kubernetes.io/instance"
+L_COMPONENT = "app.kubernetes.io/component"
+L_PART_OF = "app.kubernetes.io/part-of"
+L_MANAGED_BY = "app.kubernetes.io/managed-by"
+L_VERSION = "app.kubernetes.io/version"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the objects go: the CR's name and namespace (and uid, for owner references)."""
+
+    name: str
+    namespace: str
+    uid: str | None = None
+
+    def child(self, component: Component) -> str:
+        return f"{self.name}-{component}"
+
+    @property
+    def config_map(self) -> str:
+        return f"{self.name}-config"
+
+    @property
+    def frontend_url(self) -> str:
+        return f"http://{self.child('frontend')}.{self.namespace}.svc:{PORTS['frontend']}"
+
+
+@dataclass(frozen=True)
+class Ctx:
+    spec: AgentServingDeploymentSpec
+    target: Target
+
+
+# ------------------------------------------------------------------------------- resolved settings
+
+
+def model_path(spec: AgentServingDeploymentSpec) -> str | None:
+    source = spec.model.source
+    if source is None:
+        return None
+    if source.pvc is not None:
+        return posixpath.normpath(posixpath.join(MODEL_DIR, source.pvc.path.strip("/"))) or MODEL_DIR
+    if source.host_path is not None:
+        return MODEL_DIR
+    assert source.image is not None
+    return source.image.path
+
+
+def resolved_family(spec: AgentServingDeploymentSpec) -> str | None:
+    """The family in effect: the spec's, else the one the registry infers from the model name."""
+    if spec.model.family:
+        return spec.model.family
+    from agentserve.families import family_for_model
+
+    family = family_for_model(spec.model.name)
+    return family.name if family is not None else None
+
+
+def _tokenizer(spec: AgentServingDeploymentSpec) -> str | None:
+    tokenizer = spec.model.tokenizer
+    if tokenizer is None or posixpath.isabs(tokenizer):
+        return tokenizer
+    base = model_path(spec)
+    return posixpath.join(base, tokenizer) if base else tokenizer
+
+
+def _chat_template(spec: AgentServingDeploymentSpec) -> str | None:
+    template = spec.model.chat_template
+    if template is None:
+        return None
+    if template.inline is not None:
+        return posixpath.join(CONFIG_DIR, INLINE_TEMPLATE_KEY)
+    return posixpath.join(TEMPLATE_DIR, "template.jinja")
+
+
+def _api_keys_file(spec: AgentServingDeploymentSpec) -> str | None:
+    return posixpath.join(AUTH_DIR, "api-keys") if spec.auth.api_keys_secret is not None else None
+
+
+def _trace_sink(spec: AgentServingDeploymentSpec) -> str | None:
+    return posixpath.join(TRACE_DIR, "trace.jsonl") if spec.observability.trace_sink.enabled else None
+
+
+def _llm_api_options(spec: AgentServingDeploymentSpec) -> str | None:
+    if spec.workers.llm_api_options is None:
+        return None
+    return posixpath.join(CONFIG_DIR, LLM_API_OPTIONS_KEY)
+
+
+# --------------------------------------------------------------------------------- mapping table
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One row: the spec field (camelCase path under `spec`) → one component config key."""
+
+    spec: str
+    component: Component
+    key: str
+    value: Callable[[Ctx], Any]
+    note: str = ""
+
+
+def _s(get: Callable[[AgentServingDeploymentSpec], Any]) -> Callable[[Ctx], Any]:
+    return lambda ctx: get(ctx.spec)
+
+
+MAPPINGS: tuple[Mapping, ...] = (
+    # model
+    Mapping("model.name", "frontend", "model", _s(lambda s: s.model.name)),
+    Mapping("model.name", "worker", "model", _s(lambda s: s.model.name)),
+    Mapping("model.family", "frontend", "family", _s(resolved_family), "inferred from model.name when unset"),
+    Mapping("model.family", "worker", "family", _s(resolved_family), "inferred from model.name when unset"),
+    Mapping("model.source", "frontend", "model_path", _s(model_path), "mounted read-only at /models"),
+    Mapping("model.source", "worker", "model_path", _s(model_path), "mounted read-only at /models"),
+    Mapping(
+        "model.tokenizer", "frontend", "tokenizer", _s(_tokenizer), "relative paths: under the model dir"
+    ),
+    Mapping("model.chatTemplate", "frontend", "chat_template", _s(_chat_template), "mounted file"),
+    Mapping("model.contextLength", "frontend", "context_length", _s(lambda s: s.model.context_length)),
+    Mapping("model.contextLength", "worker", "max_seq_len", _s(lambda s: s.model.context_length)),
+    # agent
+    Mapping("agent.reasoningParser", "frontend", "reasoning_parser", _s(lambda s: s.agent.reasoning_parser)),
+    Mapping("agent.toolCallParser", "frontend", "tool_call_parser", _s(lambda s: s.agent.tool_call_parser)),
+    Mapping("agent.replay.policy", "frontend", "replay_policy", _s(lambda s: s.agent.replay.policy)),
+    Mapping(
+        "agent.replay.truncateHistoryThinking",
+        "frontend",
+        "truncate_history_thinking",
+        _s(lambda s: s.agent.replay.truncate_history_thinking),
+    ),
+    Mapping(
+        "agent.preambleStripping.enabled",
+        "frontend",
+        "strip_anthropic_preamble",
+        _s(lambda s: s.agent.preamble_stripping.enabled),
+    ),
+    Mapping(
+        "agent.preambleStripping.patterns",
+        "frontend",
+        "strip_pattern",
+        _s(lambda s: [f"{p.name}={p.regex}" for p in s.agent.preamble_stripping.patterns]),
+        "each as NAME=REGEX",
+    ),
+    Mapping(
+        "agent.streamingToolDispatch.enabled",
+        "frontend",
+        "enable_streaming_tool_dispatch",
+        _s(lambda s: s.agent.streaming_tool_dispatch.enabled),
+    ),
+    Mapping("agent.apis", "frontend", "apis", _s(lambda s: list(s.agent.apis))),
+    Mapping("agent.codexCatalog", "frontend", "codex_catalog", _s(lambda s: s.agent.codex_catalog)),
+    # frontend
+    Mapping(
+        "frontend.maxRequestBodyBytes",
+        "frontend",
+        "max_body_bytes",
+        _s(lambda s: s.frontend.max_request_body_bytes),
+    ),
+    Mapping(
+        "auth.apiKeysSecret", "frontend", "api_keys_file", _s(_api_keys_file), "Secret key mounted as a file"
+    ),
+    Mapping("observability.traceSink", "frontend", "trace_sink", _s(_trace_sink), "emptyDir or PVC, per pod"),
+    # router
+    Mapping("router.policy", "router", "policy", _s(lambda s: s.router.policy)),
+    Mapping("router.weights.overlap", "router", "overlap_weight", _s(lambda s: s.router.weights.overlap)),
+    Mapping("router.weights.load", "router", "load_weight", _s(lambda s: s.router.weights.load)),
+    Mapping("router.temperature", "router", "temperature", _s(lambda s: s.router.temperature)),
+    Mapping(
+        "router.affinityTtlSeconds", "router", "affinity_ttl_s", _s(lambda s: s.router.affinity_ttl_seconds)
+    ),
+    # workers
+    Mapping("workers.engine", "worker", "engine", _s(lambda s: s.workers.engine)),
+    Mapping(
+        "workers.tensorParallelSize",
+        "worker",
+        "tensor_parallel_size",
+        _s(lambda s: s.workers.tensor_parallel_size),
+    ),
+    Mapping(
+        "workers.kvCache.enableBlockReuse",
+        "worker",
+        "enable_block_reuse",
+        _s(lambda s: s.workers.kv_cache.enable_block_reuse),
+    ),
+    Mapping(
+        "workers.kvCache.freeGpuMemoryFraction",
+        "worker",
+        "free_gpu_memory_fraction",
+        _s(lambda s: s.workers.kv_cache.free_gpu_memory_fraction),
+    ),
+    Mapping(
+        "workers.kvCache.tokensPerBlock",
+        "worker",
+        "block_size",
+        _s(lambda s: s.workers.kv_cache.tokens_per_block),
+    ),
+    Mapping(
+        "workers.kvCache.tokensPerBlock",
+        "router",
+        "block_size",
+        _s(lambda s: s.workers.kv_cache.tokens_per_block),
+        "shared: router hashes like the workers",
+    ),
+    Mapping(
+        "workers.kvCache.tokensPerBlock",
+        "frontend",
+        "block_size",
+        _s(lambda s: s.workers.kv_cache.tokens_per_block),
+        "shared: frontend hashes like the workers",
+    ),
+    Mapping(
+        "workers.llmApiOptions",
+        "worker",
+        "extra_llm_api_options",
+        _s(_llm_api_options),
+        "rendered to llm-api-options.yaml in the ConfigMap",
+    ),
+    # wiring from the object itself (no spec field)
+    Mapping(
+        "(metadata.name)",
+        "frontend",
+        "router_url",
+        lambda c: f"http://{c.target.child('router')}:{PORTS['router']}",
+    ),
+    Mapping("(fixed)", "router", "discovery", lambda c: "kubernetes", "EndpointSlices of the worker Service"),
+    Mapping("(metadata.name)", "router", "worker_service", lambda c: c.target.child("worker")),
+    Mapping("(metadata.namespace)", "router", "namespace", lambda c: c.target.namespace),
+    Mapping("(fixed)", "frontend", "port", lambda c: PORTS["frontend"]),
+    Mapping("(fixed)", "router", "port", lambda c: PORTS["router"]),
+    Mapping("(fixed)", "worker", "port", lambda c: PORTS["worker"]),
+    Mapping("(fixed)", "worker", "kv_events_port", lambda c: KV_EVENTS_PORT),
+)
+
+# Config keys no spec field sets: the component's default is what a cluster wants.
+COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
+    "frontend": frozenset({"host", "hash_seed"}),
+    "router": frozenset({"host", "workers"}),
+    "worker": frozenset({"host", "hash_seed"}),
+}
+
+
+def render_configs(spec: AgentServingDeploymentSpec, target: Target) -> dict[Component, BaseModel]:
+    """The component configurations of a spec, validated by the config models themselves."""
+    ctx = Ctx(spec, target)
+    values: dict[Component, dict[str, Any]] = {c: {} for c in COMPONENTS}
+    for row in MAPPINGS:
+        value = row.value(ctx)
+        if value is not None:
+            values[row.component][row.key] = value
+    return {c: CONFIG_MODELS[c].model_validate(values[c]) for c in COMPONENTS}
+
+
+def config_files(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, str]:
+    """The ConfigMap's data: one YAML per component, plus the LLM API options and inline template."""
+    files = {f"{c}.yaml": config_to_yaml(cfg) for c, cfg in render_configs(spec, target).items()}
+    if spec.workers.llm_api_options is not None:
+        files[LLM_API_OPTIONS_KEY] = yaml.safe_dump(spec.workers.llm_api_options, sort_keys=True)
+    if spec.model.chat_template is not None and spec.model.chat_template.inline is not None:
+        files[INLINE_TEMPLATE_KEY] = spec.model.chat_template.inline
+    return files
+
+
+_FILES_READ: dict[Component, tuple[str, ...]] = {
+    "frontend": ("frontend.yaml", INLINE_TEMPLATE_KEY),
+    "router": ("router.yaml",),
+    "worker": ("worker.yaml", LLM_API_OPTIONS_KEY),
+}
+
+
+def config_hash(files: dict[str, str], component: Component) -> str:
+    """Hash of the files a component reads: a change rolls that component's pods, and only those."""
+    digest = hashlib.sha256()
+    for key in _FILES_READ[component]:
+        if key in files:
+            digest.update(key.encode() + b"\0" + files[key].encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------- objects
+
+
+def selector_labels(target: Target, component: Component) -> dict[str, str]:
+    return {L_NAME: "agentserve", L_INSTANCE: target.name, L_COMPONENT: component}
+
+
+def labels(target: Target, component: Component | None = None) -> dict[str, str]:
+    out = {
+        L_NAME: "agentserve",
+        L_INSTANCE: target.name,
+        L_PART_OF: "agentserve",
+        L_MANAGED_BY: MANAGED_BY,
+        L_VERSION: __version__,
+    }
+    if component is not None:
+        out[L_COMPONENT] = component
+    return out
+
+
+def owned_selector(name: str) -> str:
+    """Label selector of every child of the CR `name`."""
+    return f"{L_INSTANCE}={name},{L_MANAGED_BY}={MANAGED_BY}"
+
+
+def worker_selector(name: str) -> str:
+    """Label selector of the worker pods (the scale subresource's `status.selector`)."""
+    return f"{L_NAME}=agentserve,{L_INSTANCE}={name},{L_COMPONENT}=worker"
+
+
+def _meta(target: Target, name: str, component: Component | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": target.namespace, "labels": labels(target, component)}
+    if target.uid:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": target.name,
+                "uid": target.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return meta
+
+
+def default_image(component: Component, spec: AgentServingDeploymentSpec) -> str:
+    if component == "worker" and spec.workers.engine == "trtllm":
+        return f"{IMAGE_REPOSITORY}/worker-trtllm:{__version__}"
+    return f"{IMAGE_REPOSITORY}/agentserve:{__version__}"
+
+
+def _http_probe(path: str, port: str, period: int, timeout: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+        "failureThreshold": failures,
+    }
+
+
+def _probes(component: Component, spec: AgentServingDeploymentSpec) -> dict[str, Any]:
+    if component == "worker":
+        period = 10
+        startup = _http_probe(
+            "/health", "http", period, 5, -(-spec.workers.startup_timeout_seconds // period)
+        )
+        return {
+            "startupProbe": startup,
+            "livenessProbe": _http_probe("/health", "http", 10, 10, 3),
+            "readinessProbe": _http_probe("/ready", "http", 5, 5, 3),
+        }
+    return {
+        "startupProbe": _http_probe("/health", "http", 2, 2, 150),
+        "livenessProbe": _http_probe("/health", "http", 10, 5, 3),
+        "readinessProbe": _http_probe("/ready", "http", 5, 3, 2),
+    }
+
+
+def _env(user: list[dict[str, Any]], defaults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Operator defaults, then the user's variables (a user variable replaces a default of its name)."""
+    names = {e.get("name") for e in user}
+    return [e for e in defaults if e["name"] not in names] + [dict(e) for e in user]
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _component_spec(spec: AgentServingDeploymentSpec, component: Component) -> ComponentSpec:
+    return {"frontend": spec.frontend, "router": spec.router, "worker": spec.workers}[component]
+
+
+def _model_volume(spec: AgentServingDeploymentSpec) -> dict[str, Any] | None:
+    source = spec.model.source
+    if source is None or source.image is not None:
+        return None
+    if source.pvc is not None:
+        return {
+            "name": "model",
+            "persistentVolumeClaim": {"claimName": source.pvc.claim_name, "readOnly": True},
+        }
+    assert source.host_path is not None
+    return {"name": "model", "hostPath": {"path": source.host_path.path, "type": "Directory"}}
+
+
+def _resources(spec: AgentServingDeploymentSpec, component: Component) -> dict[str, Any]:
+    cs = _component_spec(spec, component)
+    limits: dict[str, Any] = dict(cs.resources.limits) if cs.resources else {}
+    requests: dict[str, Any] = dict(cs.resources.requests) if cs.resources else {}
+    if component == "worker":
+        gpus = spec.resolved_gpus_per_worker()
+        gpu = spec.node_pool.gpu_resource
+        limits.pop(gpu, None)
+        requests.pop(gpu, None)
+        if gpus:
+            limits[gpu] = gpus
+            requests[gpu] = gpus
+    out: dict[str, Any] = {}
+    if limits:
+        out["limits"] = limits
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def _placement(spec: AgentServingDeploymentSpec, component: Component) -> dict[str, Any]:
+    cs = _component_spec(spec, component)
+    selector = dict(cs.node_selector)
+    tolerations = [dict(t) for t in cs.tolerations]
+    affinity = cs.affinity
+    if component == "worker" and spec.resolved_gpus_per_worker() > 0:
+        # The GPU node pool; sim workers need no GPU and go wherever workers.* places them.
+        selector = {**spec.node_pool.node_selector, **selector}
+        tolerations = [dict(t) for t in spec.node_pool.tolerations] + tolerations
+        affinity = affinity if affinity is not None else spec.node_pool.affinity
+    out: dict[str, Any] = {}
+    if selector:
+        out["nodeSelector"] = selector
+    if tolerations:
+        out["tolerations"] = tolerations
+    if affinity is not None:
+        out["affinity"] = dict(affinity)
+    if cs.topology_spread_constraints:
+        out["topologySpreadConstraints"] = [dict(t) for t in cs.topology_spread_constraints]
+    return out
+
+
+def _volumes(
+    spec: AgentServingDeploymentSpec, target: Target, component: Component
+) -> tuple[list[Any], list[Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": target.config_map}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "cache", "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "cache", "mountPath": CACHE_DIR},
+    ]
+    model = _model_volume(spec)
+    if model is not None and component in ("frontend", "worker"):
+        volumes.append(model)
+        mount: dict[str, Any] = {"name": "model", "mountPath": MODEL_DIR, "readOnly": True}
+        mounts.append(mount)
+    if component == "worker":
+        volumes.append(
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": str(spec.workers.shm_size)}}
+        )
+        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+    if component == "frontend":
+        template = spec.model.chat_template
+        if template is not None and template.config_map is not None:
+            ref = template.config_map
+            volumes.append(
+                {
+                    "name": "chat-template",
+                    "configMap": {"name": ref.name, "items": [{"key": ref.key, "path": "template.jinja"}]},
+                }
+            )
+            mounts.append({"name": "chat-template", "mountPath": TEMPLATE_DIR, "readOnly": True})
+        secret = spec.auth.api_keys_secret
+        if secret is not None:
+            volumes.append(
+                {
+                    "name": "auth",
+                    "secret": {"secretName": secret.name, "items": [{"key": secret.key, "path": "api-keys"}]},
+                }
+            )
+            mounts.append({"name": "auth", "mountPath": AUTH_DIR, "readOnly": True})
+        sink = spec.observability.trace_sink
+        if sink.enabled:
+            if sink.claim_name:
+                volumes.append({"name": "traces", "persistentVolumeClaim": {"claimName": sink.claim_name}})
+            else:
+                volumes.append({"name": "traces", "emptyDir": {}})
+            # One directory per pod, so replicas never write the same file.
+            mounts.append({"name": "traces", "mountPath": TRACE_DIR, "subPathExpr": "$(POD_NAME)"})
+    cs = _component_spec(spec, component)
+    volumes += [dict(v) for v in cs.volumes]
+    mounts += [dict(m) for m in cs.volume_mounts]
+    return volumes, mounts
+
+
+def _container(spec: AgentServingDeploymentSpec, target: Target, component: Component) -> dict[str, Any]:
+    cs = _component_spec(spec, component)
+    ports = [{"name": "http", "containerPort": PORTS[component], "protocol": "TCP"}]
+    if component == "worker":
+        ports.append({"name": "kv-events", "containerPort": KV_EVENTS_PORT, "protocol": "TCP"})
+    defaults = [
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        {"name": "HOME", "value": CACHE_DIR},
+        {"name": "XDG_CACHE_HOME", "value": CACHE_DIR},
+        {"name": "HF_HOME", "value": posixpath.join(CACHE_DIR, "huggingface")},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    if spec.model.source is not None:
+        defaults.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    _, mounts = _volumes(spec, target, component)
+    container: dict[str, Any] = {
+        "name": component,
+        "image": cs.image or default_image(component, spec),
+        "command": ["agentserve", component],
+        "args": ["--config", posixpath.join(CONFIG_DIR, f"{component}.yaml")],
+        "ports": ports,
+        "env": _env(list(cs.env), defaults),
+        "volumeMounts": mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        **_probes(component, spec),
+    }
+    if cs.image_pull_policy:
+        container["imagePullPolicy"] = cs.image_pull_policy
+    resources = _resources(spec, component)
+    if resources:
+        container["resources"] = resources
+    return container
+
+
+def _deployment(
+    spec: AgentServingDeploymentSpec, target: Target, component: Component, files: dict[str, str]
+) -> dict[str, Any]:
+    cs = _component_spec(spec, component)
+    volumes, _ = _volumes(spec, target, component)
+    pod_labels = {**cs.pod_labels, **labels(target, component)}
+    annotations = {**cs.pod_annotations, CONFIG_HASH_ANNOTATION: config_hash(files, component)}
+    grace = cs.termination_grace_period_seconds
+    pod: dict[str, Any] = {
+        "serviceAccountName": target.child("router") if component == "router" else None,
+        "automountServiceAccountToken": component == "router",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": grace
+        if grace is not None
+        else (60 if component == "worker" else 30),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_container(spec, target, component)],
+        "volumes": volumes,
+        **_placement(spec, component),
+    }
+    if pod["serviceAccountName"] is None:
+        del pod["serviceAccountName"]
+    if cs.priority_class_name:
+        pod["priorityClassName"] = cs.priority_class_name
+    if cs.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s.name} for s in cs.image_pull_secrets]
+    if component == "worker":
+        # A new worker needs GPUs the old one holds: replace in place rather than surge.
+        strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    else:
+        strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(target, target.child(component), component),
+        "spec": {
+            "replicas": cs.replicas,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector_labels(target, component)},
+            "strategy": strategy,
+            "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod},
+        },
+    }
+
+
+def _service(spec: AgentServingDeploymentSpec, target: Target, component: Component) -> dict[str, Any]:
+    meta = _meta(target, target.child(component), component)
+    body: dict[str, Any] = {"selector": selector_labels(target, component)}
+    if component == "frontend":
+        service = spec.frontend.service
+        if service.annotations:
+            meta["annotations"] = dict(service.annotations)
+        body["type"] = service.type
+        body["ports"] = [{"name": "http", "port": service.port, "targetPort": "http", "protocol": "TCP"}]
+    elif component == "router":
+        body["type"] = "ClusterIP"
+        body["ports"] = [{"name": "http", "port": PORTS["router"], "targetPort": "http", "protocol": "TCP"}]
+    else:
+        # Headless: the router discovers worker pods from this Service's EndpointSlices.
+        body["clusterIP"] = "None"
+        body["publishNotReadyAddresses"] = False
+        body["ports"] = [
+            {"name": "http", "port": PORTS["worker"], "targetPort": "http", "protocol": "TCP"},
+            {"name": "kv-events", "port": KV_EVENTS_PORT, "targetPort": "kv-events", "protocol": "TCP"},
+        ]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": body}
+
+
+def _pdb(target: Target, component: Component) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(target, target.child(component), component),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(target, component)}},
+    }
+
+
+def _router_rbac(target: Target) -> list[dict[str, Any]]:
+    name = target.child("router")
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(target, name, "router"),
+            "automountServiceAccountToken": True,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(target, name, "router"),
+            "rules": [
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(target, name, "router"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": target.namespace}],
+        },
+    ]
+
+
+def _network_policy(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, Any]:
+    peers: list[dict[str, Any]] = [
+        {"podSelector": {"matchLabels": {L_NAME: "agentserve", L_INSTANCE: target.name}}}
+    ]
+    peers += [dict(p) for p in spec.network_policy.extra_ingress_from]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(target, f"{target.name}-internal"),
+        "spec": {
+            "podSelector": {
+                "matchLabels": {L_NAME: "agentserve", L_INSTANCE: target.name},
+                "matchExpressions": [{"key": L_COMPONENT, "operator": "In", "values": ["router", "worker"]}],
+            },
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": peers,
+                    "ports": [
+                        {"protocol": "TCP", "port": PORTS["router"]},
+                        {"protocol": "TCP", "port": PORTS["worker"]},
+                        {"protocol": "TCP", "port": KV_EVENTS_PORT},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def _service_monitor(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, Any]:
+    sm = spec.observability.service_monitor
+    meta = _meta(target, target.name)
+    meta["labels"] = {**sm.labels, **meta["labels"]}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": meta,
+        "spec": {
+            "selector": {"matchLabels": {L_NAME: "agentserve", L_INSTANCE: target.name}},
+            "namespaceSelector": {"matchNames": [target.namespace]},
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": sm.interval}],
+        },
+    }
+
+
+def build(
+    spec: AgentServingDeploymentSpec, name: str, namespace: str, uid: str | None = None
+) -> list[dict[str, Any]]:
+    """Every object the deployment needs, in apply order (dependencies first)."""
+    target = Target(name, namespace, uid)
+    files = config_files(spec, target)
+    objects: list[dict[str, Any]] = [*_router_rbac(target)]
+    objects.append(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(target, target.config_map), "data": files}
+    )
+    objects += [_service(spec, target, c) for c in COMPONENTS]
+    objects += [_deployment(spec, target, c, files) for c in COMPONENTS]
+    objects += [_pdb(target, c) for c in COMPONENTS]
+    if spec.network_policy.enabled:
+        objects.append(_network_policy(spec, target))
+    if spec.observability.service_monitor.enabled:
+        objects.append(_service_monitor(spec, target))
+    return objects
+
+
+# The kinds `build` can produce: the operator lists and prunes exactly these.
+CHILD_KINDS: tuple[tuple[str, str], ...] = (
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("apps/v1", "Deployment"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+)

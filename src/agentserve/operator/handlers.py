@@ -1,0 +1,343 @@
+"""kopf handlers, thin: every trigger runs `sync`, which applies the children and computes status.
+
+Triggers:
+- create / update (spec) / resume of an AgentServingDeployment: sync now (spec edits land in one pass);
+- a timer every `RESYNC_SECONDS`: the level-based safety net (drift, pod-level status, retries);
+- events of the children (labelled `app.kubernetes.io/managed-by=agentserve-operator`): a child
+  deleted or edited by hand is put back at once, and the owner's status follows Deployment changes.
+
+Children carry an owner reference to the CR, so Kubernetes garbage-collects them when it is deleted:
+no delete handler and no finalizer. Errors never escape a handler: an invalid spec or a failing API
+call becomes the `Ready` condition (reasons `InvalidSpec`, `ReconcileError`) and the timer retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from agentserve.operator.build import (
+    CHILD_KINDS,
+    L_INSTANCE,
+    L_MANAGED_BY,
+    MANAGED_BY,
+    Target,
+    build,
+    owned_selector,
+)
+from agentserve.operator.cluster import Cluster, ClusterError, KindNotInstalled, KubeCluster
+from agentserve.operator.manifests import ManifestError, parse_spec
+from agentserve.operator.metrics import OperatorMetrics
+from agentserve.operator.reconcile import Failure, ObjectRef, Plan, compute_status, plan, ref
+from agentserve.operator.spec import GROUP, KIND, PLURAL, ROOT_RULES, VERSION, AgentServingDeploymentSpec
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+RESYNC_SECONDS = 30.0
+EVENT_DEBOUNCE_SECONDS = 2.0
+METRICS_PORT = 8081
+
+
+@dataclass
+class SyncResult:
+    status: dict[str, Any]
+    plan: Plan = field(default_factory=Plan)
+    failure: Failure | None = None
+
+    @property
+    def ready(self) -> bool:
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in self.status.get("conditions", []))
+
+
+def _owned_by(obj: Mapping[str, Any], uid: str | None) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return uid is not None and any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def observed_children(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    """Every object of a child kind labelled as this CR's; kinds the cluster lacks are skipped."""
+    selector = owned_selector(name)
+    objects: list[dict[str, Any]] = []
+    for api_version, kind in CHILD_KINDS:
+        try:
+            objects += cluster.list(api_version, kind, namespace, selector)
+        except KindNotInstalled:
+            continue
+    return objects
+
+
+def sync(cluster: Cluster, body: Mapping[str, Any], now: datetime | None = None) -> SyncResult:
+    """One reconcile of the CR `body`: apply what is missing or drifted, prune, compute status."""
+    meta = body.get("metadata") or {}
+    target = Target(str(meta["name"]), str(meta.get("namespace") or "default"), meta.get("uid"))
+    generation = meta.get("generation")
+    failure: Failure | None = None
+    spec: AgentServingDeploymentSpec | None = None
+    actions = Plan()
+    try:
+        for rule in ROOT_RULES:
+            if not rule.check(target.name):
+                raise ManifestError(f"metadata.name: {rule.message}")
+        spec = parse_spec(body.get("spec"))
+    except ManifestError as exc:
+        failure = Failure("InvalidSpec", str(exc))
+
+    if spec is not None:
+        try:
+            desired = build(spec, target.name, target.namespace, target.uid)
+            observed = observed_children(cluster, target.namespace, target.name)
+            actions = plan(desired, observed)
+            # Only prune what this CR controls: a labelled object someone else made is left alone.
+            actions.delete = [r for r in actions.delete if _owned_by(_find(observed, r), target.uid)]
+            for obj in actions.apply:
+                cluster.apply(obj)
+            for child in actions.delete:
+                cluster.delete(child)
+        except KindNotInstalled as exc:
+            failure = Failure("ReconcileError", f"{exc}: install its CRD or disable the feature using it")
+        except ClusterError as exc:
+            failure = Failure("ReconcileError", str(exc))
+
+    try:
+        deployments = cluster.list("apps/v1", "Deployment", target.namespace, owned_selector(target.name))
+        pods = cluster.list("v1", "Pod", target.namespace, owned_selector(target.name))
+    except ClusterError as exc:
+        deployments, pods = [], []
+        failure = failure or Failure("ReconcileError", f"cannot read children: {exc}")
+    status = compute_status(
+        target=target,
+        generation=generation,
+        spec=spec,
+        deployments=deployments,
+        pods=pods,
+        previous=body.get("status"),
+        failure=failure,
+        now=now or datetime.now(UTC),
+    )
+    return SyncResult(status, actions, failure)
+
+
+def _find(objects: list[dict[str, Any]], key: ObjectRef) -> dict[str, Any]:
+    return next(o for o in objects if ref(o) == key)
+
+
+def owner_of(child: Mapping[str, Any]) -> str | None:
+    """The name of the AgentServingDeployment that controls `child`, if any."""
+    meta = child.get("metadata") or {}
+    for owner in meta.get("ownerReferences") or []:
+        if (
+            owner.get("kind") == KIND
+            and owner.get("apiVersion", "").startswith(f"{GROUP}/")
+            and owner.get("controller")
+        ):
+            return str(owner["name"])
+    labels = meta.get("labels") or {}
+    if labels.get(L_MANAGED_BY) == MANAGED_BY and labels.get(L_INSTANCE):
+        return str(labels[L_INSTANCE])
+    return None
+
+
+# ------------------------------------------------------------------------------------ the operator
+
+
+class State:
+    """What the handlers share (kept in kopf's memo): the client, locks, debounce marks, metrics."""
+
+    def __init__(self, cluster: Cluster, metrics: OperatorMetrics | None = None) -> None:
+        self.cluster = cluster
+        self.metrics = metrics or OperatorMetrics()
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+        self.last_sync: dict[tuple[str, str], float] = {}
+
+    def lock(self, namespace: str, name: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault((namespace, name), threading.Lock())
+
+
+def run_sync(state: State, body: Mapping[str, Any], trigger: str, logger: Logger) -> SyncResult:
+    """`sync` under the CR's lock, with logging and metrics; never raises."""
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    started = time.monotonic()
+    with state.lock(namespace, name):
+        try:
+            result = sync(state.cluster, body)
+        except Exception as exc:  # an operator bug must not crash-loop: report it as a condition
+            logger.exception("reconcile of %s/%s failed", namespace, name)
+            failure = Failure("ReconcileError", f"internal error: {type(exc).__name__}: {exc}")
+            result = SyncResult(
+                compute_status(
+                    target=Target(name, namespace, meta.get("uid")),
+                    generation=meta.get("generation"),
+                    spec=None,
+                    deployments=[],
+                    pods=[],
+                    previous=body.get("status"),
+                    failure=failure,
+                    now=datetime.now(UTC),
+                ),
+                failure=failure,
+            )
+        state.last_sync[(namespace, name)] = time.monotonic()
+    for obj in result.plan.apply:
+        logger.info("applied %s/%s", obj["kind"], obj["metadata"]["name"])
+    for child in result.plan.delete:
+        logger.info("deleted %s", child)
+    if result.failure is not None:
+        logger.warning("%s: %s", result.failure.reason, result.failure.message)
+    state.metrics.record(
+        trigger=trigger,
+        result=result.failure.reason if result.failure else "ok",
+        seconds=time.monotonic() - started,
+        applied=[o["kind"] for o in result.plan.apply],
+        deleted=[r.kind for r in result.plan.delete],
+        namespace=namespace,
+        name=name,
+        ready=result.ready,
+    )
+    return result
+
+
+def on_child_event(
+    state: State, event_type: str | None, child: Mapping[str, Any], logger: Logger
+) -> SyncResult | None:
+    """A child changed: re-sync its owner (at once when deleted, else debounced) and patch status."""
+    if event_type is None:  # the initial listing: resume handlers cover start-up
+        return None
+    owner_name = owner_of(child)
+    namespace = (child.get("metadata") or {}).get("namespace")
+    if owner_name is None or not namespace:
+        return None
+    last = state.last_sync.get((namespace, owner_name))
+    if event_type != "DELETED" and last is not None and time.monotonic() - last < EVENT_DEBOUNCE_SECONDS:
+        return None
+    try:
+        owner = state.cluster.get_owner(namespace, owner_name)
+    except ClusterError as exc:
+        logger.warning("cannot read AgentServingDeployment %s/%s: %s", namespace, owner_name, exc)
+        return None
+    if owner is None or (owner.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    result = run_sync(state, owner, f"child-{event_type.lower()}", logger)
+    try:
+        state.cluster.patch_status(namespace, owner_name, result.status)
+    except ClusterError as exc:
+        logger.warning("cannot write status of %s/%s: %s", namespace, owner_name, exc)
+    return result
+
+
+def _state(memo: Any) -> State:
+    state = getattr(memo, "agentserve", None)
+    if state is None:
+        state = State(KubeCluster())
+        memo.agentserve = state
+    assert isinstance(state, State)
+    return state
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Logger, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.execution.max_workers = 8
+    state = _state(memo)
+    port = int(getattr(memo, "metrics_port", METRICS_PORT))
+    if port:
+        memo.metrics_runner = await _serve_metrics(state.metrics, port)
+        logger.info("metrics on :%d/metrics", port)
+
+
+async def _serve_metrics(metrics: OperatorMetrics, port: int) -> Any:
+    from aiohttp import web
+
+    async def handle(_: web.Request) -> web.Response:
+        return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()
+    return runner
+
+
+@kopf.on.cleanup()
+async def stop_metrics(memo: kopf.Memo, **_: Any) -> None:
+    runner = getattr(memo, "metrics_runner", None)
+    if runner is not None:
+        await runner.cleanup()
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: Logger, **_: Any) -> None:
+    result = run_sync(_state(memo), body, "spec", logger)
+    patch.status.update(result.status)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+def resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: Logger, **_: Any) -> None:
+    result = run_sync(_state(memo), body, "timer", logger)
+    patch.status.update(result.status)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    # optional=True: no finalizer; children go by garbage collection (owner references).
+    state = _state(memo)
+    state.metrics.forget(str(body.metadata.namespace), str(body.metadata.name))
+
+
+_CHILD_RESOURCES = (
+    ("apps", "v1", "deployments"),
+    ("", "v1", "services"),
+    ("", "v1", "configmaps"),
+    ("", "v1", "serviceaccounts"),
+    ("rbac.authorization.k8s.io", "v1", "roles"),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
+)
+
+
+def _register_child_watch(group: str, version: str, plural: str) -> None:
+    def child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: Logger, **_: Any) -> None:
+        on_child_event(_state(memo), type, body, logger)
+
+    child_event.__name__ = f"child_{plural}"
+    kopf.on.event(group, version, plural, labels={L_MANAGED_BY: MANAGED_BY}, id=f"child-{plural}")(
+        child_event
+    )
+
+
+for _group, _version, _plural in _CHILD_RESOURCES:
+    _register_child_watch(_group, _version, _plural)
+
+
+def run_operator(
+    *, namespaces: list[str], liveness: str | None, metrics_port: int = METRICS_PORT, verbose: bool = False
+) -> int:
+    """`agentserve operator`: run kopf in this process (standalone: one replica, Recreate)."""
+    kopf.configure(verbose=verbose)
+    memo = kopf.Memo(metrics_port=metrics_port)
+    kopf.run(
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=liveness or None,
+        memo=memo,
+    )
+    return 0

@@ -1,0 +1,289 @@
+"""Reconcile logic, pure: desired vs observed children → actions, and observed children → status.
+
+`plan` decides which desired objects to (re-)apply — missing ones, and ones whose fields we own were
+changed by hand (drift) — and which observed children to delete (no longer desired, e.g. a disabled
+ServiceMonitor). `compute_status` turns the children's status into the CR's status: counts,
+`observedGeneration`, and conditions `Ready`, `FrontendReady`, `RouterReady`, `WorkersReady` whose
+reasons and messages come from the Deployments and their pods. No I/O: `handlers` does that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agentserve.operator.build import (
+    COMPONENTS,
+    L_COMPONENT,
+    L_INSTANCE,
+    Component,
+    Target,
+    resolved_family,
+    worker_selector,
+)
+from agentserve.operator.spec import AgentServingDeploymentSpec
+
+CONDITION_OF: dict[Component, str] = {
+    "frontend": "FrontendReady",
+    "router": "RouterReady",
+    "worker": "WorkersReady",
+}
+STATUS_KEY: dict[Component, str] = {"frontend": "frontend", "router": "router", "worker": "workers"}
+
+
+@dataclass(frozen=True, order=True)
+class ObjectRef:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+def ref(obj: Mapping[str, Any]) -> ObjectRef:
+    meta = obj.get("metadata") or {}
+    return ObjectRef(
+        str(obj["apiVersion"]), str(obj["kind"]), str(meta.get("namespace", "")), str(meta["name"])
+    )
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, dict | list | str) and len(value) == 0)
+
+
+def is_subset(desired: Any, observed: Any) -> bool:
+    """Whether every field we set is present and equal in what the apiserver holds.
+
+    The apiserver adds defaults (so only our fields are compared), drops empty values, and prints
+    quantities and ports as strings or numbers: `8` and `"8"` are the same value here.
+    """
+    if isinstance(desired, dict):
+        if not isinstance(observed, dict):
+            return _empty(desired) and _empty(observed)
+        return all(
+            is_subset(value, observed.get(key)) if key in observed else _empty(value)
+            for key, value in desired.items()
+        )
+    if isinstance(desired, list):
+        if not isinstance(observed, list):
+            return _empty(desired) and _empty(observed)
+        return len(desired) == len(observed) and all(
+            is_subset(d, o) for d, o in zip(desired, observed, strict=True)
+        )
+    if isinstance(desired, bool) or isinstance(observed, bool):
+        return desired is observed
+    numbers = (isinstance(desired, int | float), isinstance(observed, int | float))
+    strings = (isinstance(desired, str), isinstance(observed, str))
+    if (numbers[0] and strings[1]) or (strings[0] and numbers[1]):
+        return str(desired) == str(observed)
+    return bool(desired == observed)
+
+
+@dataclass
+class Plan:
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[ObjectRef] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.apply and not self.delete
+
+
+def plan(desired: Iterable[dict[str, Any]], observed: Iterable[Mapping[str, Any]]) -> Plan:
+    """Apply what is missing or drifted; delete observed children that are no longer desired."""
+    by_ref = {ref(o): o for o in observed}
+    result = Plan()
+    wanted = set()
+    for obj in desired:
+        key = ref(obj)
+        wanted.add(key)
+        current = by_ref.get(key)
+        if current is None or not is_subset(obj, current):
+            result.apply.append(obj)
+    result.delete = sorted(r for r in by_ref if r not in wanted)
+    return result
+
+
+# ------------------------------------------------------------------------------------------ status
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ready: bool
+    reason: str
+    message: str
+
+
+_POD_WAITING_REASONS = {
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+}
+
+
+def _pod_problem(pods: Iterable[Mapping[str, Any]]) -> Verdict | None:
+    """The most telling reason a component's pods are not ready (scheduling, images, crashes)."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                name = (pod.get("metadata") or {}).get("name", "?")
+                return Verdict(
+                    False, cond.get("reason") or "Unschedulable", f"pod {name}: {cond.get('message', '')}"
+                )
+        for cs in status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in _POD_WAITING_REASONS:
+                name = (pod.get("metadata") or {}).get("name", "?")
+                return Verdict(
+                    False, waiting["reason"], f"pod {name}: {waiting.get('message', waiting['reason'])}"
+                )
+            last = (cs.get("lastState") or {}).get("terminated") or {}
+            if last.get("reason") == "OOMKilled":
+                name = (pod.get("metadata") or {}).get("name", "?")
+                return Verdict(False, "OOMKilled", f"pod {name}: container {cs.get('name')} was OOM-killed")
+    return None
+
+
+def component_verdict(deployment: Mapping[str, Any] | None, pods: list[Mapping[str, Any]]) -> Verdict:
+    if deployment is None:
+        return Verdict(False, "NotCreated", "the Deployment does not exist yet")
+    name = deployment["metadata"]["name"]
+    desired = int((deployment.get("spec") or {}).get("replicas", 1))
+    status = deployment.get("status") or {}
+    ready = int(status.get("readyReplicas") or 0)
+    updated = int(status.get("updatedReplicas") or 0)
+    generation = (deployment.get("metadata") or {}).get("generation")
+    if desired == 0:
+        return Verdict(False, "ScaledToZero", f"Deployment {name} has 0 replicas")
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    progressing = conditions.get("Progressing") or {}
+    if progressing.get("status") == "False":
+        return Verdict(
+            False, progressing.get("reason") or "ProgressDeadlineExceeded", progressing.get("message", "")
+        )
+    failure = conditions.get("ReplicaFailure") or {}
+    if failure.get("status") == "True":
+        return Verdict(False, failure.get("reason") or "ReplicaFailure", failure.get("message", ""))
+    if generation is not None and int(status.get("observedGeneration") or 0) < int(generation):
+        return Verdict(False, "RolloutPending", f"Deployment {name} has not observed its latest spec yet")
+    if ready >= desired and updated >= desired:
+        return Verdict(True, "PodsReady", f"{ready}/{desired} pods ready")
+    problem = _pod_problem(p for p in pods if not _pod_ready(p))
+    if problem is not None:
+        return problem
+    if updated < desired and int(status.get("replicas") or 0) > updated:  # old pods still around
+        return Verdict(False, "RollingUpdate", f"{updated}/{desired} pods updated, {ready}/{desired} ready")
+    return Verdict(False, "PodsNotReady", f"{ready}/{desired} pods ready")
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _counts(deployment: Mapping[str, Any] | None) -> dict[str, int]:
+    if deployment is None:
+        return {"replicas": 0, "readyReplicas": 0, "updatedReplicas": 0, "availableReplicas": 0}
+    status = deployment.get("status") or {}
+    return {
+        "replicas": int((deployment.get("spec") or {}).get("replicas", 1)),
+        "readyReplicas": int(status.get("readyReplicas") or 0),
+        "updatedReplicas": int(status.get("updatedReplicas") or 0),
+        "availableReplicas": int(status.get("availableReplicas") or 0),
+    }
+
+
+def _timestamp(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(
+    kind: str,
+    verdict: Verdict,
+    generation: int | None,
+    previous: Mapping[str, Mapping[str, Any]],
+    now: datetime,
+) -> dict[str, Any]:
+    status = "True" if verdict.ready else "False"
+    before = previous.get(kind) or {}
+    since = before.get("lastTransitionTime") if before.get("status") == status else None
+    cond: dict[str, Any] = {
+        "type": kind,
+        "status": status,
+        "reason": verdict.reason,
+        "message": verdict.message[:32768],
+        "lastTransitionTime": since or _timestamp(now),
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return cond
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why the last reconcile could not finish: InvalidSpec or ReconcileError."""
+
+    reason: str
+    message: str
+
+
+def compute_status(
+    *,
+    target: Target,
+    generation: int | None,
+    spec: AgentServingDeploymentSpec | None,
+    deployments: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    previous: Mapping[str, Any] | None,
+    failure: Failure | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The CR's status from its children (and the failure of this reconcile, if any)."""
+    by_component: dict[str, Mapping[str, Any]] = {}
+    for deployment in deployments:
+        component = ((deployment.get("metadata") or {}).get("labels") or {}).get(L_COMPONENT)
+        if component in COMPONENTS and deployment["metadata"]["name"] == target.child(component):
+            by_component[component] = deployment
+    pods_of: dict[str, list[Mapping[str, Any]]] = {c: [] for c in COMPONENTS}
+    for pod in pods:
+        pod_labels = (pod.get("metadata") or {}).get("labels") or {}
+        if pod_labels.get(L_INSTANCE) == target.name and pod_labels.get(L_COMPONENT) in pods_of:
+            pods_of[pod_labels[L_COMPONENT]].append(pod)
+
+    old = {c.get("type", ""): c for c in (previous or {}).get("conditions") or []}
+    verdicts = {c: component_verdict(by_component.get(c), pods_of[c]) for c in COMPONENTS}
+    if failure is not None:
+        overall = Verdict(False, failure.reason, failure.message)
+    elif all(v.ready for v in verdicts.values()):
+        overall = Verdict(True, "AllComponentsReady", "frontend, router and workers are ready")
+    else:
+        waiting = [f"{STATUS_KEY[c]}: {v.reason}: {v.message}" for c, v in verdicts.items() if not v.ready]
+        overall = Verdict(False, "ComponentsNotReady", "; ".join(waiting))
+    conditions = [_condition("Ready", overall, generation, old, now)]
+    conditions += [_condition(CONDITION_OF[c], verdicts[c], generation, old, now) for c in COMPONENTS]
+
+    status: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
+    for c in COMPONENTS:
+        status[STATUS_KEY[c]] = _counts(by_component.get(c))
+    workers = status["workers"]
+    worker_deployment = by_component.get("worker") or {}
+    status["replicas"] = int((worker_deployment.get("status") or {}).get("replicas") or 0)
+    status["selector"] = worker_selector(target.name)
+    status["workersReady"] = f"{workers['readyReplicas']}/{workers['replicas']}"
+    status["endpoint"] = target.frontend_url
+    if spec is not None:
+        status["family"] = resolved_family(spec) or "unknown"
+    if generation is None:
+        del status["observedGeneration"]
+    return status

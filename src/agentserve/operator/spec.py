@@ -1,0 +1,551 @@
+"""The `AgentServingDeployment` spec: one pydantic model, the single source of the CRD.
+
+Field names are snake_case in Python and camelCase in YAML (an alias generator), so
+`spec.workers.tensorParallelSize` is `spec.workers.tensor_parallel_size` here. `agentserve.operator.crd`
+turns these models into the CRD's structural OpenAPI schema; `agentserve.operator.build` turns a
+validated spec into Kubernetes objects.
+
+Cross-field rules are written once, as `Rule`s: each carries the CEL expression the kube-apiserver
+evaluates (`x-kubernetes-validations`) and the same rule in Python, which pydantic runs when the
+operator or `agentserve manifests` validates a spec. Tests evaluate the CEL text on sample objects and
+check that both agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic.alias_generators import to_camel
+
+from agentserve.config import ALL_APIS, ApiName, ReplayPolicy
+
+GROUP = "agentserve.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "AgentServingDeployment"
+PLURAL = "agentservingdeployments"
+SINGULAR = "agentservingdeployment"
+SHORT_NAMES = ("asd",)
+
+B200_PRODUCT = "NVIDIA-B200"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A cross-field rule: CEL for the apiserver, Python for pydantic. Both must say the same."""
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool]
+
+
+def _add_rules(schema: dict[str, Any], cls: type) -> None:
+    rules: tuple[Rule, ...] = getattr(cls, "rules", ())
+    if rules:
+        schema["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in rules]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=_add_rules,
+    )
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> _Spec:
+        for rule in type(self).rules:
+            if not rule.check(self):
+                raise ValueError(rule.message)
+        return self
+
+
+# Kubernetes shapes the operator passes through untouched: the apiserver validates them where they land
+# (in the Deployment), so the CRD keeps them as free-form objects.
+FreeForm = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+Quantity = Annotated[
+    int | str,
+    WithJsonSchema(
+        {"x-kubernetes-int-or-string": True, "pattern": r"^[0-9]+(\.[0-9]+)?([KMGTPE]i?|[mun])?$"}
+    ),
+]
+DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_NAME)]
+
+
+def _one_of(*names: str) -> str:
+    return " + ".join(f"(has(self.{n}) ? 1 : 0)" for n in names) + " == 1"
+
+
+def _count_set(obj: BaseModel, *attrs: str) -> int:
+    return sum(getattr(obj, a) is not None for a in attrs)
+
+
+# ---------------------------------------------------------------------------------------------- model
+
+
+class PvcSource(_Spec):
+    """Weights on a PersistentVolumeClaim (ReadOnlyMany or ReadWriteMany when several pods mount it)."""
+
+    claim_name: ObjectName = Field(description="name of the PersistentVolumeClaim in the same namespace")
+    path: str = Field("", max_length=1024, description="model directory inside the claim ('' = its root)")
+
+
+class HostPathSource(_Spec):
+    """Weights in a node-local cache directory (fast cold starts; the directory must exist on the node)."""
+
+    path: str = Field(pattern=r"^/", max_length=1024, description="absolute model directory on the node")
+
+
+class ImageSource(_Spec):
+    """Weights baked into the worker image."""
+
+    path: str = Field(pattern=r"^/", max_length=1024, description="absolute model directory in the image")
+
+
+class ModelSource(_Spec):
+    """Where the model directory (weights, tokenizer.json, chat template) comes from; exactly one."""
+
+    pvc: PvcSource | None = None
+    host_path: HostPathSource | None = None
+    image: ImageSource | None = None
+
+    rules = (
+        Rule(
+            _one_of("pvc", "hostPath", "image"),
+            "exactly one of pvc, hostPath and image must be set",
+            lambda s: _count_set(s, "pvc", "host_path", "image") == 1,
+        ),
+    )
+
+
+class ConfigMapKeyRef(_Spec):
+    name: ObjectName = Field(description="ConfigMap name")
+    key: str = Field(min_length=1, max_length=253, description="key holding the value")
+
+
+class ChatTemplate(_Spec):
+    """A chat template (HF jinja) that overrides the model's own; exactly one of inline and configMap."""
+
+    inline: str | None = Field(None, max_length=262144, description="the template text")
+    config_map: ConfigMapKeyRef | None = Field(None, description="a ConfigMap key holding the template")
+
+    rules = (
+        Rule(
+            _one_of("inline", "configMap"),
+            "exactly one of inline and configMap must be set",
+            lambda s: _count_set(s, "inline", "config_map") == 1,
+        ),
+    )
+
+
+class ModelSpec(_Spec):
+    """The model served."""
+
+    name: str = Field(
+        min_length=1, max_length=253, description="model name served to clients (the `model` they send)"
+    )
+    family: str | None = Field(
+        None,
+        max_length=63,
+        pattern=r"^[a-z0-9][a-z0-9._-]*$",
+        description="model family: output parsers, fallback template, catalog (default: inferred from name)",
+    )
+    source: ModelSource | None = Field(None, description="where the model directory comes from")
+    tokenizer: str | None = Field(
+        None,
+        max_length=1024,
+        description="tokenizer directory or tokenizer.json: absolute, or relative to the model directory "
+        "(default: the model directory)",
+    )
+    chat_template: ChatTemplate | None = Field(None, description="chat template overriding the model's")
+    context_length: int | None = Field(None, ge=1, description="context window in tokens (default: model's)")
+
+
+# ---------------------------------------------------------------------------------------------- agent
+
+
+class ReplaySpec(_Spec):
+    """How past reasoning goes back into the prompt."""
+
+    policy: ReplayPolicy = Field(
+        ReplayPolicy.AUTO,
+        description="auto: native if the chat template reads reasoning_content, else inject; "
+        "native | inject (each segment before its own tool call) | drop",
+    )
+    truncate_history_thinking: bool = Field(False, description="let templates drop reasoning of older turns")
+
+
+class StripPattern(_Spec):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=63, description="pattern name (in traces)")
+    regex: str = Field(min_length=1, max_length=1024, description="regular expression of the volatile span")
+
+
+class PreambleStripping(_Spec):
+    """Volatile spans stripped before rendering, hashing and routing (they would poison the KV cache)."""
+
+    enabled: bool = Field(True, description="strip Claude Code's billing header block")
+    patterns: list[StripPattern] = Field(
+        default_factory=list,
+        max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="extra named patterns to strip",
+    )
+
+
+class StreamingToolDispatch(_Spec):
+    enabled: bool = Field(True, description="dispatch each tool call as soon as its arguments are complete")
+
+
+class AgentSpec(_Spec):
+    """Agent-facing behaviour of the frontend."""
+
+    reasoning_parser: str | None = Field(
+        None, max_length=63, description="reasoning parser (default: family's)"
+    )
+    tool_call_parser: str | None = Field(
+        None, max_length=63, description="tool-call parser (default: family's)"
+    )
+    replay: ReplaySpec = Field(ReplaySpec.model_validate({}), description="reasoning replay policy")
+    preamble_stripping: PreambleStripping = Field(
+        PreambleStripping.model_validate({}), description="volatile-span stripping"
+    )
+    streaming_tool_dispatch: StreamingToolDispatch = Field(
+        StreamingToolDispatch.model_validate({}), description="streaming tool dispatch"
+    )
+    apis: list[ApiName] = Field(
+        default_factory=lambda: list(ALL_APIS),
+        min_length=1,
+        max_length=3,
+        json_schema_extra={"x-kubernetes-list-type": "set", "default": list(ALL_APIS)},
+        description="APIs served: anthropic (/v1/messages), chat (/v1/chat/completions), responses",
+    )
+    codex_catalog: bool = Field(True, description="serve the Codex model catalog (needs the responses API)")
+
+    rules = (
+        Rule(
+            "(has(self.codexCatalog) && !self.codexCatalog) || !has(self.apis) || 'responses' in self.apis",
+            "codexCatalog needs the responses API: add 'responses' to apis or set codexCatalog: false",
+            lambda s: not s.codex_catalog or "responses" in s.apis,
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- pods
+
+
+class ResourceRequirements(_Spec):
+    """Container resources (GPUs are set by the operator from workers.gpusPerWorker)."""
+
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="resource limits")
+    requests: dict[str, Quantity] = Field(default_factory=dict, description="resource requests")
+
+
+class LocalObjectReference(_Spec):
+    name: ObjectName
+
+
+class ComponentSpec(_Spec):
+    """What every component's pods take: scale, image, resources, env and pod-level extras."""
+
+    replicas: int = Field(1, ge=0, le=1000, description="number of pods")
+    image: str | None = Field(None, max_length=512, description="container image (default: agentserve's)")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None, description="pull policy"
+    )
+    resources: ResourceRequirements | None = Field(None, description="container resources")
+    env: list[FreeForm] = Field(default_factory=list, description="extra environment variables (EnvVar)")
+    pod_annotations: dict[str, str] = Field(default_factory=dict, description="extra pod annotations")
+    pod_labels: dict[str, str] = Field(default_factory=dict, description="extra pod labels")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="extra node selector")
+    tolerations: list[FreeForm] = Field(default_factory=list, description="extra tolerations")
+    affinity: FreeForm | None = Field(
+        None, description="pod affinity (replaces nodePool.affinity on workers)"
+    )
+    topology_spread_constraints: list[FreeForm] = Field(
+        default_factory=list, description="spread constraints"
+    )
+    priority_class_name: str | None = Field(None, max_length=253, description="PriorityClass of the pods")
+    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list, description="pull secrets")
+    volumes: list[FreeForm] = Field(default_factory=list, description="extra pod volumes")
+    volume_mounts: list[FreeForm] = Field(default_factory=list, description="extra container volume mounts")
+    termination_grace_period_seconds: int | None = Field(
+        None, ge=0, description="seconds to drain streams on shutdown (default: 60 workers, 30 others)"
+    )
+
+
+class ServiceSpec(_Spec):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field("ClusterIP", description="Service type")
+    port: int = Field(8000, ge=1, le=65535, description="Service port")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Service annotations")
+
+
+class FrontendSpec(ComponentSpec):
+    """The HTTP frontend (Anthropic Messages, Chat Completions, Responses)."""
+
+    service: ServiceSpec = Field(ServiceSpec.model_validate({}), description="the frontend Service")
+    max_request_body_bytes: int | None = Field(None, ge=1024, description="largest request body accepted")
+
+
+class RouterWeights(_Spec):
+    overlap: float = Field(1.0, ge=0, description="weight of prefill blocks not cached on a worker")
+    load: float = Field(1.0, ge=0, description="weight of a worker's active decode blocks")
+
+
+class RouterSpec(ComponentSpec):
+    """The KV-aware router."""
+
+    policy: Literal["kv", "round-robin", "random", "least-loaded"] = Field("kv", description="placement")
+    weights: RouterWeights = Field(
+        RouterWeights.model_validate({}), description="cost weights of the kv policy"
+    )
+    temperature: float = Field(0.0, ge=0, description="softmax temperature over costs (0: argmin)")
+    affinity_ttl_seconds: float = Field(300.0, ge=0, description="session affinity lifetime")
+
+
+class KvCacheSpec(_Spec):
+    enable_block_reuse: bool = Field(True, description="reuse KV blocks across requests (prefix cache)")
+    tokens_per_block: Literal[4, 8, 16, 32, 64, 128] = Field(
+        32, description="tokens per KV block; the router and frontend hash with the same size"
+    )
+    free_gpu_memory_fraction: float = Field(
+        0.9, gt=0, le=1, description="share of free GPU memory (after weights) given to the KV cache"
+    )
+
+
+class WorkersSpec(ComponentSpec):
+    """The inference workers."""
+
+    engine: Literal["trtllm", "sim"] = Field(
+        "trtllm", description="trtllm: TensorRT-LLM on GPUs; sim: simulated engine, no GPU"
+    )
+    gpus_per_worker: int | None = Field(
+        None, ge=0, le=8, description="GPUs per worker pod (default: tensorParallelSize; sim: 0)"
+    )
+    tensor_parallel_size: int = Field(1, ge=1, le=8, description="tensor parallel size (GPUs per replica)")
+    kv_cache: KvCacheSpec = Field(KvCacheSpec.model_validate({}), description="KV cache")
+    llm_api_options: FreeForm | None = Field(
+        None, description="extra TensorRT-LLM LLM API options (TorchLlmArgs fields, snake_case)"
+    )
+    shm_size: Quantity = Field("16Gi", description="size of the /dev/shm memory volume")
+    startup_timeout_seconds: int = Field(
+        7200, ge=60, le=86400, description="time allowed for the first /health (weights, graphs, autotune)"
+    )
+
+    rules = (
+        Rule(
+            "!has(self.engine) || self.engine != 'sim' || "
+            "((!has(self.tensorParallelSize) || self.tensorParallelSize == 1) && "
+            "(!has(self.gpusPerWorker) || self.gpusPerWorker == 0))",
+            "the sim engine uses no GPU: leave tensorParallelSize at 1 and gpusPerWorker unset or 0",
+            lambda s: s.engine != "sim" or (s.tensor_parallel_size == 1 and not s.gpus_per_worker),
+        ),
+        Rule(
+            "(has(self.engine) && self.engine == 'sim') || !has(self.gpusPerWorker) || "
+            "self.gpusPerWorker >= (has(self.tensorParallelSize) ? self.tensorParallelSize : 1)",
+            "gpusPerWorker must be at least tensorParallelSize",
+            lambda s: (
+                s.engine == "sim" or s.gpus_per_worker is None or s.gpus_per_worker >= s.tensor_parallel_size
+            ),
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _options_do_not_shadow_fields(self) -> WorkersSpec:
+        # Not expressible in CEL: fields of a free-form object are invisible to CEL rules.
+        options = self.llm_api_options or {}
+        for key, field in _SHADOWED_OPTIONS.items():
+            if key in options:
+                raise ValueError(f"llmApiOptions.{key} is set by workers.{field}; set it there instead")
+        for key, field in _SHADOWED_KV_OPTIONS.items():
+            if key in (options.get("kv_cache_config") or {}):
+                raise ValueError(f"llmApiOptions.kv_cache_config.{key} is set by workers.kvCache.{field}")
+        return self
+
+
+_SHADOWED_OPTIONS = {"tensor_parallel_size": "tensorParallelSize"}
+_SHADOWED_KV_OPTIONS = {
+    "enable_block_reuse": "enableBlockReuse",
+    "tokens_per_block": "tokensPerBlock",
+    "free_gpu_memory_fraction": "freeGpuMemoryFraction",
+}
+
+
+class NodePool(_Spec):
+    """Where GPU worker pods run: B200 nodes by default. Frontend, router and sim workers stay off them."""
+
+    node_selector: dict[str, str] = Field(
+        {"nvidia.com/gpu.product": B200_PRODUCT},
+        description="node selector of worker pods (set {} to drop the B200 default)",
+    )
+    tolerations: list[FreeForm] = Field(
+        [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        description="tolerations of worker pods (set [] to drop the GPU taint toleration)",
+    )
+    affinity: FreeForm | None = Field(None, description="affinity of worker pods")
+    gpu_resource: str = Field(
+        GPU_RESOURCE, max_length=253, pattern=LABEL_KEY, description="extended resource name of a GPU"
+    )
+
+
+# ------------------------------------------------------------------------------ auth, observability
+
+
+class SecretKeyRef(_Spec):
+    name: ObjectName = Field(description="Secret name")
+    key: str = Field("api-keys", min_length=1, max_length=253, description="key: one API key per line")
+
+
+class AuthSpec(_Spec):
+    """Client authentication at the frontend (none when unset)."""
+
+    api_keys_secret: SecretKeyRef | None = Field(None, description="Secret with the accepted API keys")
+
+
+class ServiceMonitorSpec(_Spec):
+    enabled: bool = Field(False, description="create a prometheus-operator ServiceMonitor")
+    interval: str = Field("30s", pattern=r"^[0-9]+(ms|s|m|h)$", description="scrape interval")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="extra labels (for the Prometheus serviceMonitorSelector)"
+    )
+
+
+class TraceSinkSpec(_Spec):
+    enabled: bool = Field(False, description="write JSONL request traces on the frontend")
+    claim_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=DNS_NAME,
+        description="PersistentVolumeClaim for traces (default: emptyDir)",
+    )
+
+
+class ObservabilitySpec(_Spec):
+    service_monitor: ServiceMonitorSpec = Field(
+        ServiceMonitorSpec.model_validate({}), description="Prometheus scraping"
+    )
+    trace_sink: TraceSinkSpec = Field(TraceSinkSpec.model_validate({}), description="request traces")
+
+
+class NetworkPolicySpec(_Spec):
+    """Router and worker pods accept traffic only from this deployment's pods (and extraIngressFrom)."""
+
+    enabled: bool = Field(True, description="create the NetworkPolicy")
+    extra_ingress_from: list[FreeForm] = Field(
+        default_factory=list, description="more NetworkPolicyPeers allowed in (e.g. Prometheus)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- spec
+
+
+def _kv_policy_without_reuse(spec: AgentServingDeploymentSpec) -> bool:
+    return spec.router.policy == "kv" and not spec.workers.kv_cache.enable_block_reuse
+
+
+class AgentServingDeploymentSpec(_Spec):
+    """An agent serving deployment: frontend, KV-aware router and workers for one model."""
+
+    model: ModelSpec = Field(description="the model served")
+    agent: AgentSpec = Field(
+        AgentSpec.model_validate({}), description="parsers, replay, preamble stripping, dispatch, APIs"
+    )
+    frontend: FrontendSpec = Field(FrontendSpec.model_validate({}), description="the frontend pods")
+    router: RouterSpec = Field(RouterSpec.model_validate({}), description="the router pods")
+    workers: WorkersSpec = Field(WorkersSpec.model_validate({}), description="the worker pods")
+    node_pool: NodePool = Field(
+        NodePool.model_validate({}), description="where worker pods run (B200 by default)"
+    )
+    auth: AuthSpec = Field(AuthSpec.model_validate({}), description="client authentication")
+    observability: ObservabilitySpec = Field(
+        ObservabilitySpec.model_validate({}), description="metrics and traces"
+    )
+    network_policy: NetworkPolicySpec = Field(
+        NetworkPolicySpec.model_validate({}), description="network isolation"
+    )
+
+    rules = (
+        Rule(
+            "(has(self.workers) && has(self.workers.engine) && self.workers.engine == 'sim') || "
+            "has(self.model.source)",
+            "the trtllm engine needs model.source (pvc, hostPath or image)",
+            lambda s: s.workers.engine == "sim" or s.model.source is not None,
+        ),
+        Rule(
+            "!((!has(self.router) || !has(self.router.policy) || self.router.policy == 'kv') && "
+            "has(self.workers) && has(self.workers.kvCache) && has(self.workers.kvCache.enableBlockReuse) && "
+            "!self.workers.kvCache.enableBlockReuse)",
+            "router.policy kv needs workers.kvCache.enableBlockReuse (no reuse, no KV events to route on)",
+            lambda s: not _kv_policy_without_reuse(s),
+        ),
+    )
+
+    def resolved_gpus_per_worker(self) -> int:
+        if self.workers.engine == "sim":
+            return 0
+        if self.workers.gpus_per_worker is not None:
+            return self.workers.gpus_per_worker
+        return self.workers.tensor_parallel_size
+
+
+# Rules on the whole object (metadata is visible to CEL only at the root).
+NAME_MAX = 45
+_NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+ROOT_RULES: tuple[Rule, ...] = (
+    Rule(
+        f"self.metadata.name.size() <= {NAME_MAX} && "
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        f"metadata.name must be a DNS label of at most {NAME_MAX} characters starting with a letter "
+        "(children are named NAME-frontend, NAME-router, NAME-worker)",
+        lambda name: len(name) <= NAME_MAX and _NAME_RE.fullmatch(name) is not None,
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------- status
+
+
+class Condition(_Spec):
+    type: str = Field(max_length=316)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(max_length=1024)
+    message: str = Field("", max_length=32768)
+    last_transition_time: str = Field(description="RFC 3339 time of the last status change")
+    observed_generation: int | None = Field(None, ge=0)
+
+
+class ComponentStatus(_Spec):
+    replicas: int = Field(0, description="desired pods")
+    ready_replicas: int = Field(0, description="pods ready")
+    updated_replicas: int = Field(0, description="pods on the current template")
+    available_replicas: int = Field(0, description="pods available")
+
+
+class AgentServingDeploymentStatus(_Spec):
+    observed_generation: int | None = Field(None, description="generation the status describes")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="Ready, FrontendReady, RouterReady, WorkersReady",
+    )
+    family: str | None = Field(None, description="model family in effect")
+    endpoint: str | None = Field(None, description="in-cluster URL of the frontend")
+    frontend: ComponentStatus | None = None
+    router: ComponentStatus | None = None
+    workers: ComponentStatus | None = None
+    replicas: int | None = Field(None, description="worker pods (scale subresource)")
+    selector: str | None = Field(None, description="label selector of worker pods (scale subresource)")
+    workers_ready: str | None = Field(None, description="ready/desired worker pods")

@@ -1,0 +1,474 @@
+"""Reconcile logic with the Kubernetes client at its boundary.
+
+No kube-apiserver can run here, so `FakeCluster` implements exactly the five `Cluster` methods the
+operator calls, with the apiserver behaviour they rely on: server-side apply merges our fields into the
+stored object and keeps what others (the apiserver, controllers) wrote; list filters by label
+selector; delete removes. The real client (`KubeCluster`) needs a cluster: see docs/kubernetes.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agentserve.operator.build import CHILD_KINDS
+from agentserve.operator.cluster import ClusterError, KindNotInstalled
+from agentserve.operator.handlers import State, on_child_event, owner_of, run_sync, sync
+from agentserve.operator.reconcile import ObjectRef, component_verdict, is_subset, plan, ref
+
+LOG = logging.getLogger("test")
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def _merge(stored: Any, applied: Any) -> Any:
+    if isinstance(stored, dict) and isinstance(applied, dict):
+        out = dict(stored)
+        for key, value in applied.items():
+            out[key] = _merge(stored.get(key), value)
+        return out
+    return copy.deepcopy(applied)
+
+
+class FakeCluster:
+    def __init__(self, *, kinds: set[tuple[str, str]] | None = None) -> None:
+        self.objects: dict[ObjectRef, dict[str, Any]] = {}
+        self.kinds = kinds if kinds is not None else {*CHILD_KINDS, ("v1", "Pod")}
+        self.applied: list[ObjectRef] = []
+        self.deleted: list[ObjectRef] = []
+        self.status_patches: list[dict[str, Any]] = []
+        self.fail_apply: str | None = None
+        self.owners: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def _check(self, api_version: str, kind: str) -> None:
+        if (api_version, kind) not in self.kinds:
+            raise KindNotInstalled(f"{kind} ({api_version}) is not served by this cluster", 404)
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._check(obj["apiVersion"], obj["kind"])
+        if self.fail_apply == obj["kind"]:
+            raise ClusterError("422 Unprocessable Entity: admission webhook denied", 422)
+        key = ref(obj)
+        self.objects[key] = _merge(self.objects.get(key, {}), obj)
+        self.applied.append(key)
+        return self.objects[key]
+
+    def delete(self, key: ObjectRef) -> None:
+        self._check(key.api_version, key.kind)
+        self.objects.pop(key, None)
+        self.deleted.append(key)
+
+    def list(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self._check(api_version, kind)
+        wanted = dict(part.split("=", 1) for part in label_selector.split(","))
+        return [
+            copy.deepcopy(o)
+            for r, o in sorted(self.objects.items())
+            if (r.api_version, r.kind, r.namespace) == (api_version, kind, namespace)
+            and wanted.items() <= (o["metadata"].get("labels") or {}).items()
+        ]
+
+    def get_owner(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.owners.get((namespace, name))
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.status_patches.append(status)
+        owner = self.owners.get((namespace, name))
+        if owner is not None:
+            owner["status"] = status
+
+    # what controllers would do
+    def deployments_ready(self, *, ready: bool = True) -> None:
+        for key, obj in self.objects.items():
+            if key.kind == "Deployment":
+                replicas = obj["spec"]["replicas"]
+                obj["metadata"]["generation"] = 1
+                obj["status"] = {
+                    "observedGeneration": 1,
+                    "replicas": replicas,
+                    "updatedReplicas": replicas,
+                    "readyReplicas": replicas if ready else 0,
+                    "availableReplicas": replicas if ready else 0,
+                }
+
+    def add_pod(self, component: str, status: dict[str, Any]) -> None:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"coder-{component}-abc",
+                "namespace": "ai",
+                "labels": {
+                    "app.kubernetes.io/name": "agentserve",
+                    "app.kubernetes.io/instance": "coder",
+                    "app.kubernetes.io/component": component,
+                    "app.kubernetes.io/managed-by": "agentserve-operator",
+                },
+            },
+            "status": status,
+        }
+        self.objects[ref(pod)] = pod
+
+
+def cr(
+    spec: dict[str, Any] | None = None, generation: int = 1, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "agentserve.dev/v1alpha1",
+        "kind": "AgentServingDeployment",
+        "metadata": {"name": "coder", "namespace": "ai", "uid": "uid-1", "generation": generation},
+        "spec": spec
+        or {"model": {"name": "Qwen/Qwen3-32B", "source": {"pvc": {"claimName": "models", "path": "qwen3"}}}},
+    }
+    if status is not None:
+        body["status"] = status
+    return body
+
+
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def kinds_of(keys: list[ObjectRef]) -> list[str]:
+    return sorted(k.kind for k in keys)
+
+
+# ------------------------------------------------------------------------------------ pure parts
+
+
+def test_is_subset_ignores_server_defaults_and_number_spelling() -> None:
+    desired = {"spec": {"replicas": 2, "template": {"limits": {"nvidia.com/gpu": 8}}, "empty": {}}}
+    observed = {
+        "spec": {
+            "replicas": 2,
+            "template": {"limits": {"nvidia.com/gpu": "8"}},
+            "progressDeadlineSeconds": 600,
+        },
+        "status": {"replicas": 2},
+    }
+    assert is_subset(desired, observed)
+    assert not is_subset({"spec": {"replicas": 3}}, observed)
+    assert not is_subset({"a": [1, 2]}, {"a": [1]})
+    assert not is_subset({"a": True}, {"a": "True"})
+    assert not is_subset({"a": {"b": 1}}, {})
+
+
+def test_plan_applies_missing_and_drifted_and_deletes_unwanted() -> None:
+    a = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": "n"},
+        "data": {"k": "v"},
+    }
+    b = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "b", "namespace": "n"}, "spec": {"x": 1}}
+    stale = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "old", "namespace": "n"}}
+    drifted = copy.deepcopy(b)
+    drifted["spec"]["x"] = 2
+    result = plan([a, b], [a, drifted, stale])
+    assert result.apply == [b]
+    assert result.delete == [ref(stale)]
+    assert plan([a], [a]).empty
+
+
+def test_component_verdicts_explain_themselves() -> None:
+    assert component_verdict(None, []).reason == "NotCreated"
+    deployment: dict[str, Any] = {
+        "metadata": {"name": "d", "generation": 2},
+        "spec": {"replicas": 2},
+        "status": {"observedGeneration": 1, "readyReplicas": 2, "updatedReplicas": 2},
+    }
+    assert component_verdict(deployment, []).reason == "RolloutPending"
+    deployment["status"]["observedGeneration"] = 2
+    ok = component_verdict(deployment, [])
+    assert ok.ready and ok.message == "2/2 pods ready"
+    deployment["status"]["conditions"] = [
+        {
+            "type": "Progressing",
+            "status": "False",
+            "reason": "ProgressDeadlineExceeded",
+            "message": "too slow",
+        }
+    ]
+    stuck = component_verdict(deployment, [])
+    assert (stuck.ready, stuck.reason, stuck.message) == (False, "ProgressDeadlineExceeded", "too slow")
+    deployment["spec"]["replicas"] = 0
+    assert component_verdict(deployment, []).reason == "ScaledToZero"
+
+
+# -------------------------------------------------------------------------- sync against a cluster
+
+
+def test_first_sync_creates_every_child_with_owner_references() -> None:
+    cluster = FakeCluster()
+    result = sync(cluster, cr(), NOW)
+    created = kinds_of(cluster.applied)
+    assert created.count("Deployment") == 3 and "ConfigMap" in created and "NetworkPolicy" in created
+    for key in cluster.applied:
+        owner = cluster.objects[key]["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("AgentServingDeployment", "uid-1", True)
+    status = result.status
+    assert status["observedGeneration"] == 1
+    cond = conditions(status)
+    assert cond["Ready"]["status"] == "False" and cond["Ready"]["reason"] == "ComponentsNotReady"
+    assert cond["WorkersReady"]["reason"] == "PodsNotReady"
+    assert status["endpoint"] == "http://coder-frontend.ai.svc:8000"
+    assert status["selector"] == (
+        "app.kubernetes.io/name=agentserve,app.kubernetes.io/instance=coder,app.kubernetes.io/component=worker"
+    )
+
+
+def test_ready_when_every_deployment_is_ready_and_second_sync_is_a_no_op() -> None:
+    cluster = FakeCluster()
+    sync(cluster, cr(), NOW)
+    cluster.deployments_ready()
+    cluster.applied.clear()
+    result = sync(cluster, cr(), NOW)
+    assert cluster.applied == [] and cluster.deleted == []
+    cond = conditions(result.status)
+    assert {c: cond[c]["status"] for c in cond} == {
+        "Ready": "True",
+        "FrontendReady": "True",
+        "RouterReady": "True",
+        "WorkersReady": "True",
+    }
+    assert cond["Ready"]["reason"] == "AllComponentsReady"
+    assert result.status["workersReady"] == "1/1"
+    assert result.status["workers"] == {
+        "replicas": 1,
+        "readyReplicas": 1,
+        "updatedReplicas": 1,
+        "availableReplicas": 1,
+    }
+    assert result.status["replicas"] == 1
+
+
+def test_deleted_child_is_recreated_and_hand_edit_is_reverted() -> None:
+    cluster = FakeCluster()
+    sync(cluster, cr(), NOW)
+    cluster.deployments_ready()
+    service = ObjectRef("v1", "Service", "ai", "coder-worker")
+    del cluster.objects[service]
+    config = ObjectRef("v1", "ConfigMap", "ai", "coder-config")
+    original = copy.deepcopy(cluster.objects[config]["data"])
+    cluster.objects[config]["data"]["router.yaml"] = "policy: random\n"
+    worker = ObjectRef("apps/v1", "Deployment", "ai", "coder-worker")
+    cluster.objects[worker]["spec"]["template"]["spec"]["containers"][0]["image"] = "evil:latest"
+    cluster.applied.clear()
+    sync(cluster, cr(), NOW)
+    assert sorted(cluster.applied) == sorted([service, config, worker])
+    assert cluster.objects[config]["data"] == original
+    assert cluster.objects[worker]["spec"]["template"]["spec"]["containers"][0]["image"] != "evil:latest"
+    assert service in cluster.objects
+
+
+def test_spec_change_reapplies_only_what_changed() -> None:
+    cluster = FakeCluster()
+    sync(cluster, cr(), NOW)
+    cluster.deployments_ready()
+    cluster.applied.clear()
+    spec = cr()["spec"]
+    spec["workers"] = {"replicas": 3}
+    sync(cluster, cr(spec, generation=2), NOW)
+    assert cluster.applied == [ObjectRef("apps/v1", "Deployment", "ai", "coder-worker")]
+    assert cluster.objects[cluster.applied[0]]["spec"]["replicas"] == 3
+    cluster.applied.clear()
+    spec["router"] = {"policy": "least-loaded"}
+    sync(cluster, cr(spec, generation=3), NOW)
+    # the router's config changed: its ConfigMap and (config hash) its Deployment roll, nothing else
+    assert kinds_of(cluster.applied) == ["ConfigMap", "Deployment"]
+    assert ObjectRef("apps/v1", "Deployment", "ai", "coder-router") in cluster.applied
+
+
+def test_disabled_feature_is_pruned_but_foreign_objects_are_left_alone() -> None:
+    cluster = FakeCluster()
+    spec = cr()["spec"]
+    spec["observability"] = {"serviceMonitor": {"enabled": True}}
+    sync(cluster, cr(spec), NOW)
+    monitor = ObjectRef("monitoring.coreos.com/v1", "ServiceMonitor", "ai", "coder")
+    assert monitor in cluster.objects
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "hand-made",
+            "namespace": "ai",
+            "labels": dict(cluster.objects[monitor]["metadata"]["labels"]),
+        },
+    }
+    cluster.objects[ref(foreign)] = foreign
+    del spec["observability"]
+    sync(cluster, cr(spec, generation=2), NOW)
+    assert cluster.deleted == [monitor]
+    assert ref(foreign) in cluster.objects
+
+
+def test_invalid_spec_is_a_condition_not_an_exception() -> None:
+    cluster = FakeCluster()
+    result = sync(cluster, cr({"model": {"name": "m"}, "workers": {"tensorParallelSize": 64}}), NOW)
+    assert cluster.applied == []
+    ready = conditions(result.status)["Ready"]
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
+    assert "spec.workers.tensorParallelSize" in ready["message"]
+    assert result.failure is not None
+
+
+def test_api_errors_are_a_condition_not_an_exception() -> None:
+    cluster = FakeCluster()
+    cluster.fail_apply = "Deployment"
+    result = sync(cluster, cr(), NOW)
+    ready = conditions(result.status)["Ready"]
+    assert ready["reason"] == "ReconcileError" and "admission webhook denied" in ready["message"]
+    cluster.fail_apply = None
+    assert conditions(sync(cluster, cr(), NOW).status)["Ready"]["reason"] == "ComponentsNotReady"
+
+
+def test_service_monitor_without_its_crd() -> None:
+    cluster = FakeCluster(kinds={k for k in CHILD_KINDS if k[1] != "ServiceMonitor"} | {("v1", "Pod")})
+    spec = cr()["spec"]
+    spec["observability"] = {"serviceMonitor": {"enabled": True}}
+    result = sync(cluster, cr(spec), NOW)
+    ready = conditions(result.status)["Ready"]
+    assert ready["reason"] == "ReconcileError" and "ServiceMonitor" in ready["message"]
+    assert kinds_of(cluster.applied).count("Deployment") == 3  # everything else is in place
+    assert conditions(sync(cluster, cr(), NOW).status)["Ready"]["reason"] == "ComponentsNotReady"
+
+
+@pytest.mark.parametrize(
+    ("pod_status", "reason", "text"),
+    [
+        (
+            {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+                    }
+                ]
+            },
+            "Unschedulable",
+            "Insufficient nvidia.com/gpu",
+        ),
+        (
+            {
+                "containerStatuses": [
+                    {
+                        "name": "worker",
+                        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such tag"}},
+                    }
+                ]
+            },
+            "ImagePullBackOff",
+            "no such tag",
+        ),
+        (
+            {
+                "containerStatuses": [
+                    {
+                        "name": "worker",
+                        "state": {"running": {}},
+                        "lastState": {"terminated": {"reason": "OOMKilled"}},
+                    }
+                ]
+            },
+            "OOMKilled",
+            "OOM",
+        ),
+    ],
+)
+def test_worker_condition_carries_the_pods_reason(pod_status: dict[str, Any], reason: str, text: str) -> None:
+    cluster = FakeCluster()
+    sync(cluster, cr(), NOW)
+    cluster.deployments_ready(ready=False)
+    cluster.add_pod("worker", pod_status)
+    cond = conditions(sync(cluster, cr(), NOW).status)
+    assert cond["WorkersReady"]["reason"] == reason
+    assert text in cond["WorkersReady"]["message"]
+    assert reason in cond["Ready"]["message"] and "workers" in cond["Ready"]["message"]
+
+
+def test_last_transition_time_moves_only_when_the_status_flips() -> None:
+    cluster = FakeCluster()
+    first = sync(cluster, cr(), NOW).status
+    later = sync(cluster, cr(status=first), NOW + timedelta(minutes=5)).status
+    assert conditions(later)["Ready"]["lastTransitionTime"] == "2026-01-02T03:04:05Z"
+    cluster.deployments_ready()
+    flipped = sync(cluster, cr(status=later), NOW + timedelta(minutes=10)).status
+    assert conditions(flipped)["Ready"]["lastTransitionTime"] == "2026-01-02T03:14:05Z"
+
+
+# ------------------------------------------------------------------------------- handler glue
+
+
+def test_child_events_put_back_a_deleted_child_and_refresh_status() -> None:
+    cluster = FakeCluster()
+    state = State(cluster)
+    body = cr()
+    cluster.owners[("ai", "coder")] = body
+    run_sync(state, body, "spec", LOG)
+    deployment_ref = ObjectRef("apps/v1", "Deployment", "ai", "coder-worker")
+    gone = cluster.objects.pop(deployment_ref)
+    assert owner_of(gone) == "coder"
+    result = on_child_event(state, "DELETED", gone, LOG)
+    assert result is not None
+    assert deployment_ref in cluster.objects
+    assert cluster.status_patches[-1] == result.status
+    # a burst of MODIFIED events right after a sync is debounced; DELETED never is
+    assert on_child_event(state, "MODIFIED", cluster.objects[deployment_ref], LOG) is None
+    assert on_child_event(state, None, cluster.objects[deployment_ref], LOG) is None
+    del cluster.owners[("ai", "coder")]
+    assert on_child_event(state, "DELETED", gone, LOG) is None  # owner gone: garbage collection's job
+
+
+def test_run_sync_turns_an_operator_bug_into_a_condition() -> None:
+    class Broken(FakeCluster):
+        def list(
+            self, api_version: str, kind: str, namespace: str, label_selector: str
+        ) -> list[dict[str, Any]]:
+            raise RuntimeError("boom")
+
+    state = State(Broken())
+    result = run_sync(state, cr(), "timer", LOG)
+    ready = conditions(result.status)["Ready"]
+    assert ready["reason"] == "ReconcileError" and "boom" in ready["message"]
+    assert (
+        'agentserve_operator_syncs_total{trigger="timer",result="ReconcileError"} 1' in state.metrics.render()
+    )
+
+
+def test_handlers_are_registered_with_kopf() -> None:
+    import kopf
+
+    from agentserve.operator import handlers
+
+    registry = kopf.get_default_registry()
+    ids = {h.id for h in registry._changing.get_all_handlers()}
+    assert {"reconcile"} <= ids
+    assert any(h.id == "resync" for h in registry._spawning.get_all_handlers())
+    watched = {h.id for h in registry._watching.get_all_handlers()}
+    assert {"child-deployments", "child-services", "child-configmaps"} <= watched
+    assert handlers.RESYNC_SECONDS <= 60
+
+
+def test_kopf_handlers_write_status_into_the_patch() -> None:
+    import kopf
+
+    from agentserve.operator import handlers
+
+    cluster = FakeCluster()
+    memo = kopf.Memo()
+    memo.agentserve = State(cluster)
+    for handler in (handlers.reconcile, handlers.resync):
+        patch = kopf.Patch()
+        handler(body=kopf.Body(cr()), patch=patch, memo=memo, logger=LOG)
+        assert [c["type"] for c in patch["status"]["conditions"]] == [
+            "Ready",
+            "FrontendReady",
+            "RouterReady",
+            "WorkersReady",
+        ]
+    assert kinds_of(cluster.applied).count("Deployment") == 3

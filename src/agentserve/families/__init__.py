@@ -11,7 +11,7 @@ from importlib import import_module
 from agentserve.families.base import Family
 
 # Most specific first: `family_for_model` returns the first family whose pattern matches.
-_MODULES = ("qwen3",)
+_MODULES = ("qwen3_coder", "qwen3", "glm45", "minimax_m2")
 
 
 def _load() -> tuple[Family, ...]:

@@ -1,0 +1,101 @@
+"""Streaming behaviour of the XML-argument families that the corpus (merged events) cannot show:
+values stream before their close tag, and reported calls carry the model's raw text."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentserve.conversation import OutputEvent, ToolCallArgsDelta, ToolCallError, ToolCallStart, ToolSpec
+from agentserve.families import get_family
+from agentserve.parsing import OutputParser, ParserOptions, sequential_call_id
+
+# Per family: text up to inside a string value, the rest of the call.
+OPEN_VALUE = {
+    "qwen3-coder": (
+        "<tool_call>\n<function=write_file>\n<parameter=content>\nhello wor",
+        "ld\n</parameter>\n</function>\n</tool_call>",
+    ),
+    "glm-4.5": (
+        "<tool_call>write_file\n<arg_key>content</arg_key>\n<arg_value>hello wor",
+        "ld</arg_value>\n</tool_call>",
+    ),
+    "minimax-m2": (
+        '</think><minimax:tool_call>\n<invoke name="write_file">\n<parameter name="content">hello wor',
+        "ld</parameter>\n</invoke>\n</minimax:tool_call>",
+    ),
+}
+TOOLS = (ToolSpec("write_file", parameters={"properties": {"content": {"type": "string"}}}),)
+
+
+def make(family: str) -> OutputParser:
+    return get_family(family).parser(ParserOptions(family == "minimax-m2", TOOLS, sequential_call_id))
+
+
+def args_text(events: list[OutputEvent]) -> str:
+    return "".join(e.fragment for e in events if isinstance(e, ToolCallArgsDelta))
+
+
+@pytest.mark.parametrize("family", sorted(OPEN_VALUE))
+def test_string_value_streams_before_its_close_tag(family: str) -> None:
+    head, rest = OPEN_VALUE[family]
+    parser = make(family)
+    events: list[OutputEvent] = []
+    for ch in head:  # token by token
+        events += parser.feed(ch)
+    assert any(isinstance(e, ToolCallStart) and e.name == "write_file" for e in events)
+    assert args_text(events) == '{"content": "hello wor'
+    events += parser.feed(rest) + parser.close()
+    assert args_text(events) == '{"content": "hello world"}'
+
+
+def test_qwen3_coder_holds_only_a_trailing_newline() -> None:
+    parser = make("qwen3-coder")
+    events = parser.feed("<tool_call>\n<function=write_file>\n<parameter=content>\nline 1\n")
+    assert args_text(events).endswith('"line 1')  # the newline may be the template's formatting
+    events += parser.feed("line 2\n")
+    assert args_text(events).endswith('"line 1\\nline 2')
+    events += parser.feed("</parameter>\n</function>\n</tool_call>") + parser.close()
+    assert args_text(events) == '{"content": "line 1\\nline 2"}'
+
+
+@pytest.mark.parametrize(
+    ("family", "raw", "reason"),
+    [
+        (
+            "qwen3-coder",
+            "<tool_call>\n<function=write_file>\n<parameter=content>\nprint(1)\n</param",
+            "truncated",
+        ),
+        (
+            "qwen3-coder",
+            "<tool_call>\n<function=f>\n<parameter=a\nb>\n1\n</parameter>\n</function>",
+            "malformed",
+        ),
+        ("glm-4.5", "<tool_call>write_file\n<arg_key>content</arg_key>\n<arg_value>x</arg_val", "truncated"),
+        ("glm-4.5", "<tool_call>f\n<arg_key>a</arg_key>\noops\n</tool_call>", "malformed"),
+        (
+            "minimax-m2",
+            '<minimax:tool_call>\n<invoke name="write_file">\n<parameter name="content">x</paramet',
+            "truncated",
+        ),
+        (
+            "minimax-m2",
+            '<minimax:tool_call>\n<invoke name="f">\n<parameter nam="a">1</parameter>\n</invoke>',
+            "malformed",
+        ),
+    ],
+)
+def test_reported_call_carries_its_raw_text(family: str, raw: str, reason: str) -> None:
+    for size in (1, 3, len(raw)):
+        parser = get_family(family).parser(ParserOptions(False, (), sequential_call_id))
+        events: list[OutputEvent] = []
+        for i in range(0, len(raw), size):
+            events += parser.feed(raw[i : i + size])
+        events += parser.close()
+        errors = [e for e in events if isinstance(e, ToolCallError)]
+        assert len(errors) == 1
+        assert errors[0].reason == reason
+        start = raw.index("<invoke") if family == "minimax-m2" else 0
+        assert errors[0].raw == raw[start:]
+        # Nothing of the reported call leaks out as text.
+        assert not [e for e in events if not isinstance(e, ToolCallStart | ToolCallArgsDelta | ToolCallError)]

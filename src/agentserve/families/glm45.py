@@ -25,9 +25,8 @@ import re
 
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
-from agentserve.parsing.scanner import MarkerSet
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
-from agentserve.parsing.xmlblock import NAME_LIMIT, XmlCallBlock, is_partial, skip_ws
+from agentserve.parsing.xmlblock import NAME_LIMIT, XmlCallBlock, is_partial, skip_ws, tags
 
 TOOL_CALL = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
@@ -37,10 +36,10 @@ ARG_VALUE = "<arg_value>"
 ARG_VALUE_END = "</arg_value>"
 END_OF_TURN = ("<|user|>", "<|observation|>", "<|endoftext|>", "<|assistant|>", "<|system|>")
 
-_BODY = MarkerSet([ARG_KEY, TOOL_CALL_END])
-_KEY_ENDS = MarkerSet([ARG_KEY_END, ARG_KEY, ARG_VALUE, ARG_VALUE_END, TOOL_CALL_END])
-_VALUE_ENDS = MarkerSet([ARG_VALUE_END, ARG_KEY, TOOL_CALL_END])
-_CALL_END = MarkerSet([TOOL_CALL_END])
+_BODY = tags(ARG_KEY, TOOL_CALL_END)
+_KEY_ENDS = tags(ARG_KEY_END, ARG_KEY, ARG_VALUE, ARG_VALUE_END, TOOL_CALL_END)
+_VALUE_ENDS = tags(ARG_VALUE_END, ARG_KEY, TOOL_CALL_END)
+_CALL_END = tags(TOOL_CALL_END)
 _AFTER_NAME = (ARG_KEY, TOOL_CALL_END)
 _NAME_RUN = re.compile(r"[\w.:/-]*")
 
@@ -61,7 +60,6 @@ class Glm45Block(XmlCallBlock):
 
     def _run(self, buf: str, i: int, out: list[OutputEvent]) -> int:
         n = len(buf)
-        calls = self._ctx.calls
         while i < n and not self.done:
             state = self._state
             if state == _VALUE:
@@ -81,7 +79,7 @@ class Glm45Block(XmlCallBlock):
             elif state == _KEY:
                 cut, m = self._find(buf, i, _KEY_ENDS)
                 self._key.append(buf[i:cut])
-                calls.raw(buf[i:cut])
+                self._raw.append(buf[i:cut])
                 if sum(len(p) for p in self._key) > NAME_LIMIT:
                     i = self._bad("argument key too long", cut)
                 elif m is None:
@@ -89,16 +87,16 @@ class Glm45Block(XmlCallBlock):
                 elif m.group() != ARG_KEY_END or not "".join(self._key).strip():
                     i = self._bad(f"argument key not closed before {m.group()}", cut)
                 else:
-                    calls.raw(ARG_KEY_END)
+                    self._raw.append(ARG_KEY_END)
                     self._state = _BETWEEN
                     i = m.end()
             elif state == _BETWEEN:
                 j = skip_ws(buf, i)
-                calls.raw(buf[i:j])
+                self._raw.append(buf[i:j])
                 if j == n:
                     return n
                 if buf.startswith(ARG_VALUE, j):
-                    calls.raw(ARG_VALUE)
+                    self._raw.append(ARG_VALUE)
                     self._begin_value("".join(self._key).strip(), out)
                     self._state = _VALUE
                     i = j + len(ARG_VALUE)

@@ -31,9 +31,8 @@ import re
 
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
-from agentserve.parsing.scanner import MarkerSet
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
-from agentserve.parsing.xmlblock import NAME_LIMIT, VALID_NAME, XmlCallBlock, is_partial, skip_ws
+from agentserve.parsing.xmlblock import NAME_LIMIT, VALID_NAME, XmlCallBlock, is_partial, skip_ws, tags
 
 WRAPPER = "<minimax:tool_call>"
 WRAPPER_END = "</minimax:tool_call>"
@@ -45,9 +44,9 @@ NEXT_PARAMETER = "<parameter name="
 PARAMETER_END = "</parameter>"
 END_OF_MESSAGE = ("[e~[",)
 
-_BODY = MarkerSet([PARAMETER, INVOKE_END, WRAPPER_END])
-_VALUE_ENDS = MarkerSet([PARAMETER_END, NEXT_PARAMETER, INVOKE_END, WRAPPER_END])
-_CALL_ENDS = MarkerSet([INVOKE_END, WRAPPER_END])
+_BODY = tags(PARAMETER, INVOKE_END, WRAPPER_END)
+_VALUE_ENDS = tags(PARAMETER_END, NEXT_PARAMETER, INVOKE_END, WRAPPER_END)
+_CALL_ENDS = tags(INVOKE_END, WRAPPER_END)
 _BETWEEN = (INVOKE, WRAPPER_END)
 _TAG_RUN = re.compile(r"[^<>\n]*")
 # A tag's attributes after `<invoke` / `<parameter`: just the name, double-quoted, single-quoted or bare.
@@ -79,7 +78,6 @@ class MiniMaxBlock(XmlCallBlock):
 
     def _run(self, buf: str, i: int, out: list[OutputEvent]) -> int:
         n = len(buf)
-        calls = self._ctx.calls
         while i < n and not self.done:
             state = self._state
             if state == _VALUE:
@@ -100,7 +98,7 @@ class MiniMaxBlock(XmlCallBlock):
                     i = self._end_call(marker, i, out)
             elif state == _PARAM_TAG:
                 j, tag = self._read_tag(buf, i)
-                calls.raw(buf[i:j])
+                self._raw.append(buf[i:j])
                 if tag is None:
                     return n
                 key = _attr_name(tag) if j < n and buf[j] == ">" else None
@@ -109,7 +107,7 @@ class MiniMaxBlock(XmlCallBlock):
                     self._state = _SKIP
                     i = j
                 else:
-                    calls.raw(">")
+                    self._raw.append(">")
                     self._begin_value(key, out)
                     self._state = _VALUE
                     i = j + 1

@@ -32,9 +32,8 @@ import re
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
 from agentserve.parsing.jsonblock import JsonCallsBlock
-from agentserve.parsing.scanner import MarkerSet
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
-from agentserve.parsing.xmlblock import NAME_LIMIT, VALID_NAME, XmlCallBlock, is_partial, skip_ws
+from agentserve.parsing.xmlblock import NAME_LIMIT, VALID_NAME, XmlCallBlock, is_partial, skip_ws, tags
 
 TOOL_CALL = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
@@ -44,9 +43,9 @@ PARAMETER = "<parameter="
 PARAMETER_END = "</parameter>"
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>")
 
-_BODY = MarkerSet([PARAMETER, FUNCTION_END, TOOL_CALL_END])
-_VALUE_ENDS = MarkerSet([PARAMETER_END, PARAMETER, FUNCTION_END, TOOL_CALL_END])
-_CALL_ENDS = MarkerSet([FUNCTION_END, TOOL_CALL_END])
+_BODY = tags(PARAMETER, FUNCTION_END, TOOL_CALL_END)
+_VALUE_ENDS = tags(PARAMETER_END, PARAMETER, FUNCTION_END, TOOL_CALL_END)
+_CALL_ENDS = tags(FUNCTION_END, TOOL_CALL_END)
 _AFTER = (TOOL_CALL_END, FUNCTION)
 _NAME_RUN = re.compile(r"[\w.:/ -]*")
 _KEY_RUN = re.compile(r"[^<>\n]*")
@@ -145,7 +144,7 @@ class Qwen3CoderBlock(XmlCallBlock):
         m = _KEY_RUN.match(buf, i)
         j = m.end() if m is not None else i
         self._key.append(buf[i:j])
-        self._ctx.calls.raw(buf[i:j])
+        self._raw.append(buf[i:j])
         key = "".join(self._key)
         if len(key) > NAME_LIMIT:
             return self._bad_key("parameter name too long", j)
@@ -156,7 +155,7 @@ class Qwen3CoderBlock(XmlCallBlock):
         key = key.strip()
         if not key:
             return self._bad_key("empty parameter name", j)
-        self._ctx.calls.raw(">")
+        self._raw.append(">")
         self._begin_value(key, out)
         self._state = _VALUE
         return j + 1

@@ -19,8 +19,9 @@ Raw output::
 - A value also ends where the next `<parameter=`, `</function>` or `</tool_call>` begins (a model
   that forgets `</parameter>` still dispatches, as in vLLM); the call is dispatched at `</function>`
   (or at `</tool_call>` when `</function>` is missing).
-- `<tool_call>` without `<function=` is text; a bare `<function=` without `<tool_call>` is a call
-  (Dynamo's back-off); a Hermes JSON object inside `<tool_call>` is parsed as JSON (some Qwen
+- `<tool_call>` without `<function=` is text; a bare `<function=…>` without `<tool_call>` is a call
+  (Dynamo's back-off) once a `<parameter=` or `</function>` follows it, so prose that mentions the
+  tag stays text; a Hermes JSON object inside `<tool_call>` is parsed as JSON (some Qwen
   checkpoints mix the formats).
 - `<tool_call>` inside reasoning ends the reasoning (Qwen3.5 opens calls without closing `</think>`).
 """
@@ -47,11 +48,12 @@ _BODY = tags(PARAMETER, FUNCTION_END, TOOL_CALL_END)
 _VALUE_ENDS = tags(PARAMETER_END, PARAMETER, FUNCTION_END, TOOL_CALL_END)
 _CALL_ENDS = tags(FUNCTION_END, TOOL_CALL_END)
 _AFTER = (TOOL_CALL_END, FUNCTION)
+_FIRST_IN_BODY = (PARAMETER, FUNCTION_END)
 _NAME_RUN = re.compile(r"[\w.:/ -]*")
 _KEY_RUN = re.compile(r"[^<>\n]*")
 
 # States
-_PRE, _NAME, _BODY_S, _KEY, _VALUE, _SKIP, _AFTER_S, _JSON = range(8)
+_PRE, _NAME, _CONFIRM, _BODY_S, _KEY, _VALUE, _SKIP, _AFTER_S, _JSON = range(9)
 
 
 class Qwen3CoderBlock(XmlCallBlock):
@@ -59,11 +61,13 @@ class Qwen3CoderBlock(XmlCallBlock):
 
     STRIP_NEWLINES = True
 
-    __slots__ = ("_json", "_key", "_name", "_state")
+    __slots__ = ("_function", "_json", "_key", "_name", "_state", "_wrapped")
 
     def __init__(self, ctx: BlockContext) -> None:
         super().__init__(ctx)
-        self._state = _PRE if ctx.opener == TOOL_CALL else _NAME
+        self._wrapped = ctx.opener == TOOL_CALL
+        self._state = _PRE if self._wrapped else _NAME
+        self._function = ""  # a bare call's name, until its first tag confirms it
         self._name: list[str] = []
         self._key: list[str] = []
         self._json: JsonCallsBlock | None = None
@@ -91,6 +95,19 @@ class Qwen3CoderBlock(XmlCallBlock):
                     i = self._end_call(marker, i, out)
             elif state == _NAME:
                 i = self._read_name(buf, i, out)
+            elif state == _CONFIRM:
+                j = skip_ws(buf, i)
+                self._pending.append(buf[i:j])
+                if j == n:
+                    return n
+                if buf.startswith(_FIRST_IN_BODY, j):
+                    self._start_call(self._function, "".join(self._pending), out)
+                    self._state = _BODY_S
+                    i = j
+                elif is_partial(buf, j, _FIRST_IN_BODY):
+                    return j  # maybe the tag, split across chunks
+                else:
+                    return self._give_up(j)
             elif state == _JSON:
                 return self._feed_json(buf, i, out)
             else:  # _PRE or _AFTER_S: outside a call, only whitespace and our tags may follow
@@ -136,6 +153,13 @@ class Qwen3CoderBlock(XmlCallBlock):
         stripped = name.strip()
         if buf[j] != ">" or VALID_NAME.fullmatch(stripped) is None:
             return self._give_up(j)
+        if not self._wrapped:
+            # A bare `<function=…>` may be prose about the format: it is a call once a parameter
+            # or the end of the function follows.
+            self._pending.append(">")
+            self._function = stripped
+            self._state = _CONFIRM
+            return j + 1
         self._start_call(stripped, "".join(self._pending) + ">", out)
         self._state = _BODY_S
         return j + 1

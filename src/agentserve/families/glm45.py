@@ -81,6 +81,7 @@ class Glm45Block(XmlCallBlock):
                 self._key.append(buf[i:cut])
                 self._raw.append(buf[i:cut])
                 if sum(len(p) for p in self._key) > NAME_LIMIT:
+                    self._tail = ""  # skipping goes on from `cut` now
                     i = self._bad("argument key too long", cut)
                 elif m is None:
                     i = n

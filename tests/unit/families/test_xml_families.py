@@ -8,6 +8,7 @@ import pytest
 from agentserve.conversation import OutputEvent, ToolCallArgsDelta, ToolCallError, ToolCallStart, ToolSpec
 from agentserve.families import get_family
 from agentserve.parsing import OutputParser, ParserOptions, sequential_call_id
+from agentserve.parsing.events import summarize
 
 # Per family: text up to inside a string value, the rest of the call.
 OPEN_VALUE = {
@@ -99,3 +100,43 @@ def test_reported_call_carries_its_raw_text(family: str, raw: str, reason: str) 
         assert errors[0].raw == raw[start:]
         # Nothing of the reported call leaks out as text.
         assert not [e for e in events if not isinstance(e, ToolCallStart | ToolCallArgsDelta | ToolCallError)]
+
+
+LONG = "k" * 300  # past the limit for a name or key: text, not a tag
+OVER_LIMIT = [
+    (
+        "glm-4.5",
+        f"<tool_call>f\n<arg_key>{LONG}</arg_key>\n<arg_value>1</arg_value>\n</tool_call>"
+        "<tool_call>g\n<arg_key>a</arg_key><arg_value>2</arg_value></tool_call>",
+        [{"error": "malformed", "name": "f"}, {"call": "g", "args": {"a": "2"}}],
+    ),
+    (
+        "qwen3-coder",
+        f"<tool_call>\n<function=f>\n<parameter={LONG}>\n1\n</parameter>\n</function>\n</tool_call>"
+        f"<tool_call>\n<function={LONG}>x",
+        [{"error": "malformed", "name": "f"}, {"text": f"<tool_call>\n<function={LONG}>x"}],
+    ),
+    (
+        "minimax-m2",
+        f'<minimax:tool_call><invoke name="f"><parameter name="{LONG}">1</parameter></invoke>'
+        f'<invoke name="{LONG}"></invoke><invoke name="g"></invoke></minimax:tool_call>',
+        [
+            {"error": "malformed", "name": "f"},
+            {"call": "g", "args": {}},
+            {"text": f'<invoke name="{LONG}"></invoke>'},
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("family", "raw", "expect"), OVER_LIMIT, ids=[f for f, _, _ in OVER_LIMIT])
+def test_names_and_keys_over_the_limit_degrade_the_same_at_any_chunking(
+    family: str, raw: str, expect: list[dict[str, object]]
+) -> None:
+    for size in (1, 2, 3, 7, 100, len(raw)):
+        parser = get_family(family).parser(ParserOptions(False, (), sequential_call_id))
+        events: list[OutputEvent] = []
+        for i in range(0, len(raw), size):
+            events += parser.feed(raw[i : i + size])
+        events += parser.close()
+        assert summarize(events) == expect, size

@@ -3,7 +3,11 @@ values stream before their close tag, and reported calls carry the model's raw t
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentserve.conversation import OutputEvent, ToolCallArgsDelta, ToolCallError, ToolCallStart, ToolSpec
 from agentserve.families import get_family
@@ -140,3 +144,53 @@ def test_names_and_keys_over_the_limit_degrade_the_same_at_any_chunking(
             events += parser.feed(raw[i : i + size])
         events += parser.close()
         assert summarize(events) == expect, size
+
+
+def render(family: str, name: str, args: dict[str, object]) -> str:
+    """A call written the way the family's chat template writes one (strings raw, others as JSON)."""
+
+    def text(v: object) -> str:
+        return v if isinstance(v, str) else json.dumps(v)
+
+    if family == "qwen3-coder":
+        params = "".join(f"<parameter={k}>\n{text(v)}\n</parameter>\n" for k, v in args.items())
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    if family == "glm-4.5":
+        params = "".join(
+            f"<arg_key>{k}</arg_key>\n<arg_value>{text(v)}</arg_value>\n" for k, v in args.items()
+        )
+        return f"<tool_call>{name}\n{params}</tool_call>"
+    params = "".join(f'<parameter name="{k}">{text(v)}</parameter>\n' for k, v in args.items())
+    return f'<minimax:tool_call>\n<invoke name="{name}">\n{params}</invoke>\n</minimax:tool_call>'
+
+
+TAGS = ("</", "<parameter", "<arg_key>", "<arg_value>")  # a value holding one would be ambiguous
+SCHEMA_OF = {str: "string", int: "integer", bool: "boolean", list: "array", dict: "object"}
+values = st.one_of(
+    st.text(max_size=40).filter(lambda s: not any(t in s for t in TAGS)),
+    st.integers(-(10**12), 10**12),
+    st.booleans(),
+    st.lists(st.integers(0, 9), max_size=3),
+    st.dictionaries(st.sampled_from("abc"), st.text(max_size=5), max_size=2),
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(sorted(OPEN_VALUE)),
+    st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,11}", fullmatch=True), values, max_size=4),
+    st.lists(st.integers(0, 10_000), max_size=12),
+)
+def test_template_rendered_calls_parse_back_to_their_arguments(
+    family: str, args: dict[str, object], cuts: list[int]
+) -> None:
+    raw = render(family, "tool_x", args)
+    props = {k: {"type": SCHEMA_OF[type(v)]} for k, v in args.items()}
+    tools = (ToolSpec("tool_x", parameters={"type": "object", "properties": props}),)
+    parser = get_family(family).parser(ParserOptions(False, tools, sequential_call_id))
+    points = sorted({c % (len(raw) + 1) for c in cuts})
+    events: list[OutputEvent] = []
+    for a, b in zip([0, *points], [*points, len(raw)], strict=True):
+        events += parser.feed(raw[a:b])
+    events += parser.close()
+    assert summarize(events) == [{"call": "tool_x", "args": args}]

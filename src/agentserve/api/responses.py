@@ -221,20 +221,19 @@ class _Decoder:
             self.system += texts
 
     def reasoning(self, item: dict[str, Any], path: str) -> None:
-        sealed = opt_str(item, "encrypted_content", path)
-        text = self.signer.unseal_reasoning(sealed) if sealed else None
-        if text is None:
-            content = item.get("content")
-            if content is not None:
-                cpath = at(path, "content")
-                texts = []
-                for j, raw in enumerate(expect_list(content, cpath)):
-                    part = expect_dict(raw, at(cpath, j))
-                    texts.append(req_str(part, "text", at(cpath, j)))
-                text = "".join(texts)
+        texts = []
+        content = item.get("content")
+        if content is not None:
+            cpath = at(path, "content")
+            for j, raw in enumerate(expect_list(content, cpath)):
+                texts.append(req_str(expect_dict(raw, at(cpath, j)), "text", at(cpath, j)))
         summary = item.get("summary")
         if summary is not None:
             expect_list(summary, at(path, "summary"))
+        sealed = opt_str(item, "encrypted_content", path)
+        text = self.signer.unseal_reasoning(sealed) if sealed else None
+        if text is None:
+            text = "".join(texts)
         if text:
             self.assistant_part(Reasoning(text))
 

@@ -26,6 +26,8 @@ Encoding: `AnthropicStreamEncoder` (sans-IO, fed OutputEvents, returns SSE bytes
   rather than running half a call.
 - A call that fails (ToolCallError, or cut off by max_tokens) is never a `tool_use`: its raw text
   becomes a text block, so nothing the model wrote is lost.
+- With `dispatch=False` (streaming tool dispatch turned off) everything from the first completed
+  call on is held until the end of the turn: the same stream, only later.
 - `stop_reason` is `tool_use` as soon as one call was dispatched (the client may already be running
   it), else `max_tokens` / `stop_sequence` / `end_turn`.
 """
@@ -51,7 +53,8 @@ from agentserve.api._check import (
     str_list,
     wrong_type,
 )
-from agentserve.api.errors import ApiError, InternalError, InvalidRequestError, OverloadedError
+from agentserve.api._common import finish_error
+from agentserve.api.errors import ApiError, InternalError, InvalidRequestError
 from agentserve.api.identity import BodyIdentity, session_from_user_id
 from agentserve.api.ids import anthropic_tool_id, canonical_call_id, is_safe_id, new_id
 from agentserve.api.memory import CallMemory
@@ -508,15 +511,6 @@ def _usage_json(usage: Usage) -> dict[str, Any]:
     }
 
 
-def finish_error(finish: Finish) -> ApiError | None:
-    """The error a failed generation is reported as (any API), or None for a normal finish."""
-    if finish.reason == "error":
-        return InternalError("the model failed while generating the response")
-    if finish.reason == "abort":
-        return OverloadedError("generation was aborted; retry the request")
-    return None
-
-
 def stop_reason(finish: Finish, dispatched: int, stop_sequence: str | None) -> str:
     if dispatched:
         return "tool_use"
@@ -539,8 +533,10 @@ class AnthropicStreamEncoder:
 
     __slots__ = (
         "_call",
+        "_dispatch",
         "_dispatched",
         "_done",
+        "_held",
         "_index",
         "_input_usage",
         "_open",
@@ -559,9 +555,13 @@ class AnthropicStreamEncoder:
         signer: Signer,
         message_id: str | None = None,
         stream_tool_input: bool = False,
+        dispatch: bool = True,
     ) -> None:
         self.model = model
         self.message_id = message_id or new_id("msg_")
+        # Streaming tool dispatch off: everything from the first finished call on waits for the end.
+        self._dispatch = dispatch
+        self._held: list[bytes] = []
         self._signer = signer
         self._stream_tool_input = stream_tool_input
         self._index = 0
@@ -644,6 +644,15 @@ class AnthropicStreamEncoder:
     def feed(self, event: OutputEvent) -> bytes:
         if self._done:
             return b""
+        out = self._feed(event)
+        if self._dispatch or not self._dispatched or self._done:
+            if self._held:
+                out, self._held = b"".join(self._held) + out, []
+            return out
+        self._held.append(out)
+        return b""
+
+    def _feed(self, event: OutputEvent) -> bytes:
         out = b"" if self._started else self.start()
         match event:
             case ReasoningDelta(text):
@@ -680,7 +689,7 @@ class AnthropicStreamEncoder:
             case ToolCallError(_, _, raw, message):
                 return out + self._fail_call(raw, message)
             case Finish():
-                return out + self.finish(event)
+                return out + self._finish(event, None)
         return out
 
     def _end_call(self, arguments: str) -> bytes:
@@ -714,6 +723,10 @@ class AnthropicStreamEncoder:
         """Close what is open, then `message_delta` (stop reason, usage) and `message_stop`."""
         if self._done:
             return b""
+        held, self._held = b"".join(self._held), []
+        return held + self._finish(finish, stop_sequence)
+
+    def _finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
         out = b"" if self._started else self.start(finish.usage)
         out += self._close() if self._open != "tool_use" else b""
         if self._call is not None:  # a call still open at the end was cut off
@@ -722,7 +735,8 @@ class AnthropicStreamEncoder:
                 return out
         error = finish_error(finish)
         if error is not None:
-            return out + self.error(error)
+            self._done = True
+            return out + error_event(error)
         self._done = True
         usage = (
             _usage_json(finish.usage)
@@ -742,7 +756,8 @@ class AnthropicStreamEncoder:
         if self._done:
             return b""
         self._done = True
-        return error_event(error)
+        out, self._held = b"".join(self._held), []
+        return out + error_event(error)
 
 
 def build_message(

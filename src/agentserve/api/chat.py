@@ -22,7 +22,8 @@ Encoding (`ChatStreamEncoder`, `build_chat_completion`):
 - At each ToolCallEnd with `dispatch=True`, a side-channel `event: tool_call_dispatch` frame carries
   `{"choice_index", "tool_call"}` (Dynamo's fields). It is also a valid chunk with `choices: []`,
   because the official SDKs hand every data frame to the caller as a chunk whatever its event name;
-  consumers see an empty chunk (like the usage chunk) and move on.
+  consumers see an empty chunk (like the usage chunk) and move on. `dispatch=False` drops only this
+  frame (`--no-enable-streaming-tool-dispatch`); the chunks are the same.
 - A failed call is never a tool call: held calls surface their raw text as content; a live call that
   fails ends the stream with an error frame.
 - `finish_reason` is `tool_calls` once a call was sent, else `length` / `stop`; with
@@ -51,7 +52,7 @@ from agentserve.api._check import (
     req_str,
     wrong_type,
 )
-from agentserve.api.anthropic import finish_error
+from agentserve.api._common import finish_error, parse_data_url
 from agentserve.api.errors import ApiError, InternalError, InvalidRequestError
 from agentserve.api.ids import new_id
 from agentserve.api.memory import CallMemory
@@ -64,7 +65,7 @@ from agentserve.api.options import (
     ToolChoice,
 )
 from agentserve.api.request import DecodedRequest
-from agentserve.api.sse import DONE, dumps
+from agentserve.api.sse import DONE, PING_COMMENT, dumps
 from agentserve.api.sse import event as sse_event
 from agentserve.api.turn import FailedCall, TurnAccumulator
 from agentserve.conversation import (
@@ -99,15 +100,6 @@ _KNOWN_FIELDS = frozenset(
         "chat_template_kwargs", "nvext", "user", "store", "metadata",
     }
 )  # fmt: skip
-
-
-def parse_data_url(url: str) -> Image:
-    """`data:image/png;base64,...` into media type and data; anything else stays a URL."""
-    if url.startswith("data:"):
-        header, sep, payload = url[5:].partition(",")
-        if sep and header.endswith(";base64"):
-            return Image(media_type=header[: -len(";base64")], data=payload)
-    return Image(url=url)
 
 
 class _Decoder:
@@ -507,6 +499,11 @@ class ChatStreamEncoder:
             return b""
         self._started = True
         return self._chunk({"role": "assistant", "content": ""})
+
+    @staticmethod
+    def ping() -> bytes:
+        """An SSE comment: keeps proxies and idle timers awake, ignored by clients."""
+        return PING_COMMENT
 
     def feed(self, event: OutputEvent) -> bytes:
         if self._done:

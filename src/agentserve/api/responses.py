@@ -21,7 +21,8 @@ Encoding (`ResponsesStreamEncoder`, `build_response`): every event Codex reads, 
 summary parts when the request asked for a summary, sealed into `encrypted_content` when `include`
 asks for it), `msg_…` messages, `fc_…` function calls with our `call_…` ids (`ctc_…` custom calls).
 A function call is sent whole at its ToolCallEnd (added, arguments delta/done, `output_item.done`:
-the dispatch point); `stream_tool_arguments=True` streams the arguments live instead. A failed call
+the dispatch point); `stream_tool_arguments=True` streams the arguments live instead, and
+`dispatch=False` holds everything from the first completed call until the end of the turn. A failed call
 becomes a message with its raw text, or (live) `response.failed`. Length with no call dispatched is
 `response.incomplete` (max_output_tokens); errors are `response.failed` with a code Codex knows
 (`context_length_exceeded`, `rate_limit_exceeded`, else `server_error`).
@@ -50,8 +51,7 @@ from agentserve.api._check import (
     str_list,
     wrong_type,
 )
-from agentserve.api.anthropic import finish_error
-from agentserve.api.chat import parse_data_url
+from agentserve.api._common import finish_error, parse_data_url
 from agentserve.api.errors import ApiError, InternalError, InvalidRequestError
 from agentserve.api.identity import BodyIdentity
 from agentserve.api.ids import is_safe_id, new_id
@@ -59,6 +59,7 @@ from agentserve.api.nvext import is_valid_id, parse_nvext
 from agentserve.api.options import GenerationOptions, ReasoningOptions, ResponseFormat, ToolChoice
 from agentserve.api.request import ResponsesRequest, ResponsesTool
 from agentserve.api.signing import Signer
+from agentserve.api.sse import PING_COMMENT
 from agentserve.api.sse import event as sse_event
 from agentserve.api.turn import FailedCall, TurnAccumulator
 from agentserve.conversation import (
@@ -587,8 +588,12 @@ class ResponsesStreamEncoder:
         response_id: str | None = None,
         created_at: int | None = None,
         stream_tool_arguments: bool = False,
+        dispatch: bool = True,
     ) -> None:
         self.response_id = response_id or new_id("resp_")
+        # Streaming tool dispatch off: everything from the first finished call on waits for the end.
+        self._dispatch = dispatch
+        self._held: list[bytes] = []
         self.created_at = int(time.time()) if created_at is None else created_at
         self._items = _Items(request, signer)
         self._stream_arguments = stream_tool_arguments
@@ -626,6 +631,11 @@ class ResponsesStreamEncoder:
         return self._event("response.created", {"response": skeleton}) + self._event(
             "response.in_progress", {"response": skeleton}
         )
+
+    @staticmethod
+    def ping() -> bytes:
+        """An SSE comment: keeps proxies and idle timers awake, ignored by clients."""
+        return PING_COMMENT
 
     @property
     def _index(self) -> int:
@@ -743,6 +753,15 @@ class ResponsesStreamEncoder:
     def feed(self, event: OutputEvent) -> bytes:
         if self._done:
             return b""
+        out = self._feed(event)
+        if self._dispatch or not self._dispatched or self._done:
+            if self._held:
+                out, self._held = b"".join(self._held) + out, []
+            return out
+        self._held.append(out)
+        return b""
+
+    def _feed(self, event: OutputEvent) -> bytes:
         out = b"" if self._started else self.start()
         match event:
             case ReasoningDelta(text):
@@ -797,7 +816,7 @@ class ResponsesStreamEncoder:
             case ToolCallError(_, _, raw, message):
                 return out + self._fail_call(raw, message)
             case Finish():
-                return out + self.finish(event)
+                return out + self._finish(event)
         return out
 
     def _fail_call(self, raw: str, message: str) -> bytes:
@@ -806,12 +825,17 @@ class ResponsesStreamEncoder:
         self._call = None
         if self._open == "call":
             self._open = None
-            return self.fail(InternalError(message or "the model produced an invalid tool call; retry"))
+            return self._failed(InternalError(message or "the model produced an invalid tool call; retry"))
         return self._message(raw) if raw else b""
 
     def finish(self, finish: Finish) -> bytes:
+        """Close what is open, then `response.completed` (or `.incomplete` / `.failed`)."""
         if self._done:
             return b""
+        held, self._held = b"".join(self._held), []
+        return held + self._finish(finish)
+
+    def _finish(self, finish: Finish) -> bytes:
         out = b"" if self._started else self.start()
         if self._call is not None:
             out += self._fail_call("".join(self._call[2]), "the response ended inside a tool call")
@@ -820,7 +844,7 @@ class ResponsesStreamEncoder:
         out += self._close()
         error = finish_error(finish)
         if error is not None:
-            return out + self.fail(error)
+            return out + self._failed(error)
         self._done = True
         usage = usage_json(finish.usage)
         if finish.reason == "length" and not self._dispatched:
@@ -834,6 +858,10 @@ class ResponsesStreamEncoder:
         """`response.failed` (after `response.created` if nothing was sent yet)."""
         if self._done:
             return b""
+        held, self._held = b"".join(self._held), []
+        return held + self._failed(error)
+
+    def _failed(self, error: ApiError) -> bytes:
         out = b"" if self._started else self.start()
         self._done = True
         response = self._response("failed", error=failed_error_json(error))

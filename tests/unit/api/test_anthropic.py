@@ -501,3 +501,20 @@ def test_malformed_bodies_name_the_field(body: Any, param: str) -> None:
     shaped = err.value.anthropic_body()
     assert shaped["type"] == "error" and shaped["error"]["type"] == "invalid_request_error"
     assert err.value.status_for("anthropic") == 400
+
+
+def test_dispatch_off_holds_everything_after_the_first_call_until_the_end() -> None:
+    events = turn(
+        ("r", "a"), ("call", "call_1", "Bash", '{"command": "ls"}'), ("t", "more"), finish="tool_calls"
+    )
+    on = AnthropicStreamEncoder("m", signer=SIGNER, message_id="msg_x")
+    off = AnthropicStreamEncoder("m", signer=SIGNER, message_id="msg_x", dispatch=False)
+    parts_on = [on.start()] + [on.feed(e) for e in events]
+    parts_off = [off.start()] + [off.feed(e) for e in events]
+    assert b"".join(parts_on) == b"".join(parts_off)  # same stream, only later
+    first_end = next(i for i, e in enumerate(events) if isinstance(e, ToolCallEnd)) + 1
+    assert all(p == b"" for p in parts_off[first_end:-1]) and b"tool_use" in parts_off[-1]
+    assert b"tool_use" in parts_on[first_end]
+    failed = AnthropicStreamEncoder("m", signer=SIGNER, dispatch=False)
+    out = encode_all(failed, events[:-1]) + failed.error(InvalidRequestError("x"))
+    assert b"tool_use" in out and out.endswith(b"\n\n") and parse_sse(out)[-1][0] == "error"

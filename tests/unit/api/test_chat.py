@@ -382,3 +382,12 @@ def test_malformed_bodies_name_the_field(body: Any, param: str) -> None:
 def test_usage_caps_cached_tokens() -> None:
     body = build_chat_completion(turn(("t", "x"), usage=Usage(10, 2, 50)), model="m")
     assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
+
+
+def test_ping_comments_are_ignored_by_the_sdk() -> None:
+    encoder = ChatStreamEncoder("m")
+    raw = encoder.start() + encoder.ping()
+    for event in turn(("t", "hi"), ("call", "call_1", "bash", "{}"), finish="tool_calls"):
+        raw += encoder.feed(event) + encoder.ping()
+    final = sdk_final(raw)
+    assert final.choices[0].message.content == "hi" and final.choices[0].finish_reason == "tool_calls"

@@ -500,3 +500,18 @@ def test_sdk_raises_on_http_error_body() -> None:
 def test_usage_zero_division_free() -> None:
     body = build_response(turn(("t", "x"), usage=Usage()), request(), signer=SIGNER)
     assert body["usage"]["total_tokens"] == 0
+
+
+def test_dispatch_off_and_pings() -> None:
+    events = turn(("call", "call_1", "exec_command", "{}"), ("t", "after"), finish="tool_calls")
+    on = ResponsesStreamEncoder(request(), signer=SIGNER, response_id="resp_1", created_at=1)
+    off = ResponsesStreamEncoder(request(), signer=SIGNER, response_id="resp_1", created_at=1, dispatch=False)
+    parts_on = [on.feed(e) for e in events]
+    parts_off = [off.feed(e) + off.ping() for e in events]
+    first_end = next(i for i, e in enumerate(events) if isinstance(e, ToolCallEnd))
+    assert b"output_item.done" in parts_on[first_end]
+    assert parts_off[first_end] == off.ping()
+    kinds = [[d["type"] for _, d in parse_sse(b"".join(parts))] for parts in (parts_on, parts_off)]
+    assert kinds[0] == kinds[1]  # the same stream, only later (message ids are random)
+    final = sdk_final(b"".join(parts_off))
+    assert [o.type for o in final.output] == ["function_call", "message"]

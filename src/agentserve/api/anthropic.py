@@ -17,6 +17,8 @@ Encoding: `AnthropicStreamEncoder` (sans-IO, fed OutputEvents, returns SSE bytes
 `build_message` (non-streaming JSON). Decisions:
 - Each reasoning segment is its own `thinking` block, closed by a `signature_delta` carrying an HMAC
   of its text (`signing.Signer`), so N segments stay N blocks and we recognise them when they return.
+  With `thinking.display: "omitted"` (`omit_thinking=True`) the block carries no text and the
+  signature seals it instead, as the real API does; the decoder (given the signer) restores it.
   Thinking blocks are emitted whenever the model reasons, even if the request did not ask for
   thinking: dropping them would lose them from the next prompt (ask the template not to think).
 - A `tool_use` block is held until its call completes, then sent whole (start, its
@@ -68,6 +70,7 @@ from agentserve.api.options import (
 )
 from agentserve.api.request import AnthropicRequest
 from agentserve.api.signing import Signer
+from agentserve.api.sse import dumps
 from agentserve.api.sse import event as sse_event
 from agentserve.api.turn import FailedCall, TurnAccumulator
 from agentserve.conversation import (
@@ -123,9 +126,10 @@ def _dumps_input(value: Any) -> str:
 class _Decoder:
     """One request's decoding state: tool ids seen so far (to pair results) and ignored fields."""
 
-    def __init__(self, memory: CallMemory | None, scope: str) -> None:
+    def __init__(self, memory: CallMemory | None, scope: str, signer: Signer | None) -> None:
         self.memory = memory
         self.scope = scope
+        self.signer = signer
         self.call_names: dict[str, str] = {}
         self.ignored: list[str] = []
         self.restored = 0
@@ -282,6 +286,8 @@ class _Decoder:
             elif kind == "thinking":
                 thinking = req_str(block, "thinking", bpath)
                 signature = opt_str(block, "signature", bpath)
+                if not thinking and signature and self.signer is not None:
+                    thinking = self.signer.unseal_reasoning(signature) or ""  # our omitted thinking
                 if thinking:
                     parts.append(Reasoning(thinking, signature or None))
             elif kind == "redacted_thinking":
@@ -422,10 +428,10 @@ def _output_config(value: Any, path: str) -> tuple[str | None, ResponseFormat | 
 
 
 def _decode(
-    body: Any, *, count_tokens: bool, memory: CallMemory | None, memory_scope: str
+    body: Any, *, count_tokens: bool, memory: CallMemory | None, memory_scope: str, signer: Signer | None
 ) -> AnthropicRequest:
     b = expect_dict(body, "body")
-    d = _Decoder(memory, memory_scope)
+    d = _Decoder(memory, memory_scope, signer)
     model = req_str(b, "model", "", nonempty=True)
     max_tokens = opt_int(b, "max_tokens", "", minimum=0)
     if max_tokens is None and not count_tokens:
@@ -480,17 +486,20 @@ def _decode(
 
 
 def decode_messages(
-    body: Any, *, memory: CallMemory | None = None, memory_scope: str = ""
+    body: Any, *, memory: CallMemory | None = None, memory_scope: str = "", signer: Signer | None = None
 ) -> AnthropicRequest:
-    """Decode a `POST /v1/messages` body (already parsed JSON). Raises only ApiError."""
-    return _decode(body, count_tokens=False, memory=memory, memory_scope=memory_scope)
+    """Decode a `POST /v1/messages` body (already parsed JSON). Raises only ApiError.
+
+    `signer` restores thinking we sent omitted (empty text, sealed signature).
+    """
+    return _decode(body, count_tokens=False, memory=memory, memory_scope=memory_scope, signer=signer)
 
 
 def decode_count_tokens(
-    body: Any, *, memory: CallMemory | None = None, memory_scope: str = ""
+    body: Any, *, memory: CallMemory | None = None, memory_scope: str = "", signer: Signer | None = None
 ) -> AnthropicRequest:
     """Decode a `POST /v1/messages/count_tokens` body: the same shape without `max_tokens`."""
-    return _decode(body, count_tokens=True, memory=memory, memory_scope=memory_scope)
+    return _decode(body, count_tokens=True, memory=memory, memory_scope=memory_scope, signer=signer)
 
 
 def count_tokens_body(input_tokens: int) -> dict[str, Any]:
@@ -521,6 +530,11 @@ def stop_reason(finish: Finish, dispatched: int, stop_sequence: str | None) -> s
     return "end_turn"
 
 
+def _signature(signer: Signer, text: str, omitted: bool) -> str:
+    # Omitted thinking travels sealed in its signature, as the real API's does, and comes back whole.
+    return signer.seal_reasoning(text) if omitted else signer.sign_thinking(text)
+
+
 def error_event(error: ApiError) -> bytes:
     return sse_event("error", error.anthropic_body() | {"type": "error"})
 
@@ -539,6 +553,7 @@ class AnthropicStreamEncoder:
         "_held",
         "_index",
         "_input_usage",
+        "_omit_thinking",
         "_open",
         "_signer",
         "_started",
@@ -556,6 +571,7 @@ class AnthropicStreamEncoder:
         message_id: str | None = None,
         stream_tool_input: bool = False,
         dispatch: bool = True,
+        omit_thinking: bool = False,
     ) -> None:
         self.model = model
         self.message_id = message_id or new_id("msg_")
@@ -564,6 +580,7 @@ class AnthropicStreamEncoder:
         self._held: list[bytes] = []
         self._signer = signer
         self._stream_tool_input = stream_tool_input
+        self._omit_thinking = omit_thinking
         self._index = 0
         self._open: str | None = None  # "thinking" | "text" | "tool_use" (live only)
         self._thinking: list[str] = []
@@ -607,6 +624,20 @@ class AnthropicStreamEncoder:
             {"type": "content_block_start", "index": self._index, "content_block": block},
         )
 
+    def _text(self, kind: str, field: str, text: str) -> bytes:
+        """A text-carrying delta, rendered by hand: this is the per-token path."""
+        return (
+            'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+            + str(self._index)
+            + ',"delta":{"type":"'
+            + kind
+            + '","'
+            + field
+            + '":'
+            + dumps(text)
+            + "}}\n\n"
+        ).encode()
+
     def _delta(self, delta: dict[str, Any]) -> bytes:
         return sse_event(
             "content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta}
@@ -622,7 +653,7 @@ class AnthropicStreamEncoder:
         if kind is None:
             return b""
         if kind == "thinking":
-            signature = self._signer.sign_thinking("".join(self._thinking))
+            signature = _signature(self._signer, "".join(self._thinking), self._omit_thinking)
             self._thinking = []
             return self._delta({"type": "signature_delta", "signature": signature}) + self._block_stop()
         return self._block_stop()
@@ -662,14 +693,16 @@ class AnthropicStreamEncoder:
                     )
                     self._open = "thinking"
                 self._thinking.append(text)
-                return out + self._delta({"type": "thinking_delta", "thinking": text})
+                if self._omit_thinking:
+                    return out
+                return out + self._text("thinking_delta", "thinking", text)
             case ReasoningEnd():
                 return out + (self._close() if self._open == "thinking" else b"")
             case TextDelta(text):
                 if self._open != "text":
                     out += self._close() + self._block_start({"type": "text", "text": ""})
                     self._open = "text"
-                return out + self._delta({"type": "text_delta", "text": text})
+                return out + self._text("text_delta", "text", text)
             case ToolCallStart(_, call_id, name):
                 out += self._close()
                 self._call = (call_id, name, [])
@@ -682,7 +715,7 @@ class AnthropicStreamEncoder:
                     return out
                 self._call[2].append(fragment)
                 if self._stream_tool_input and fragment:
-                    out += self._delta({"type": "input_json_delta", "partial_json": fragment})
+                    out += self._text("input_json_delta", "partial_json", fragment)
                 return out
             case ToolCallEnd(_, arguments):
                 return out + self._end_call(arguments)
@@ -706,7 +739,7 @@ class AnthropicStreamEncoder:
         out = self._tool_start(call_id, name)
         for fragment in fragments:
             if fragment:
-                out += self._delta({"type": "input_json_delta", "partial_json": fragment})
+                out += self._text("input_json_delta", "partial_json", fragment)
         return out + self._block_stop()  # the dispatch point
 
     def _fail_call(self, raw: str, message: str) -> bytes:
@@ -767,6 +800,7 @@ def build_message(
     signer: Signer,
     message_id: str | None = None,
     stop_sequence: str | None = None,
+    omit_thinking: bool = False,
 ) -> dict[str, Any]:
     """The non-streaming `/v1/messages` response for a finished turn. Raises ApiError if it failed."""
     turn = events if isinstance(events, TurnAccumulator) else TurnAccumulator().feed_all(list(events))
@@ -779,7 +813,11 @@ def build_message(
     for item in turn.items:
         if isinstance(item, Reasoning):
             content.append(
-                {"type": "thinking", "thinking": item.text, "signature": signer.sign_thinking(item.text)}
+                {
+                    "type": "thinking",
+                    "thinking": "" if omit_thinking else item.text,
+                    "signature": _signature(signer, item.text, omit_thinking),
+                }
             )
         elif isinstance(item, Text):
             content.append({"type": "text", "text": item.text})

@@ -15,14 +15,17 @@ should be unguessable (the parsers' default `call_<24 hex>`). Not thread-safe: o
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from typing import Any
 
 from agentserve.conversation import Message, Reasoning, Text, ToolCall
 
+_NOT_ALNUM = re.compile(r"[^0-9A-Za-z]+")
+
 
 def _key(scope: str, call_id: str) -> str:
-    return scope + "\0" + "".join(c for c in call_id if c.isalnum())
+    return scope + "\0" + _NOT_ALNUM.sub("", call_id)
 
 
 def _loads(text: str) -> Any:
@@ -64,6 +67,8 @@ class CallMemory:
             self._turns.popitem(last=False)
 
     def turn(self, call_id: str, scope: str = "") -> Message | None:
+        if not self._turns:
+            return None
         key = _key(scope, call_id)
         message = self._turns.get(key)
         if message is not None:

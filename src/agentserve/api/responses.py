@@ -59,7 +59,7 @@ from agentserve.api.nvext import is_valid_id, parse_nvext
 from agentserve.api.options import GenerationOptions, ReasoningOptions, ResponseFormat, ToolChoice
 from agentserve.api.request import ResponsesRequest, ResponsesTool
 from agentserve.api.signing import Signer
-from agentserve.api.sse import PING_COMMENT
+from agentserve.api.sse import PING_COMMENT, dumps
 from agentserve.api.sse import event as sse_event
 from agentserve.api.turn import FailedCall, TurnAccumulator
 from agentserve.conversation import (
@@ -620,6 +620,16 @@ class ResponsesStreamEncoder:
         self._seq += 1
         return sse_event(kind, payload)
 
+    def _delta(self, kind: str, index_field: str, text: str, tail: str = "") -> bytes:
+        """A delta event rendered by hand: this is the per-token path."""
+        frame = (
+            f'event: {kind}\ndata: {{"type":"{kind}","sequence_number":{self._seq},'
+            f'"item_id":"{self._open_id}","output_index":{self._index}{index_field},'
+            f'"delta":{dumps(text)}{tail}}}\n\n'
+        )
+        self._seq += 1
+        return frame.encode()
+
     def _response(self, status: str, **extra: Any) -> dict[str, Any]:
         return self._items.response(self.response_id, self.created_at, status, self._output, **extra)
 
@@ -768,14 +778,9 @@ class ResponsesStreamEncoder:
                 if self._open != "reasoning":
                     out += self._close() + self._open_reasoning()
                 self._text.append(text)
-                out += self._event(
-                    "response.reasoning_text.delta", {**self._where(), "content_index": 0, "delta": text}
-                )
+                out += self._delta("response.reasoning_text.delta", ',"content_index":0', text)
                 if self._items.summaries:
-                    out += self._event(
-                        "response.reasoning_summary_text.delta",
-                        {**self._where(), "summary_index": 0, "delta": text},
-                    )
+                    out += self._delta("response.reasoning_summary_text.delta", ',"summary_index":0', text)
                 return out
             case ReasoningEnd():
                 return out + (self._close() if self._open == "reasoning" else b"")
@@ -783,9 +788,8 @@ class ResponsesStreamEncoder:
                 if self._open != "message":
                     out += self._close() + self._open_message()
                 self._text.append(text)
-                return out + self._event(
-                    "response.output_text.delta",
-                    {**self._where(), "content_index": 0, "delta": text, "logprobs": []},
+                return out + self._delta(
+                    "response.output_text.delta", ',"content_index":0', text, ',"logprobs":[]'
                 )
             case ToolCallStart(_, call_id, name):
                 out += self._close()
@@ -798,9 +802,7 @@ class ResponsesStreamEncoder:
                 if self._call is not None:
                     self._call[2].append(fragment)
                     if self._open == "call" and fragment:
-                        out += self._event(
-                            "response.function_call_arguments.delta", {**self._where(), "delta": fragment}
-                        )
+                        out += self._delta("response.function_call_arguments.delta", "", fragment)
                 return out
             case ToolCallEnd(_, arguments):
                 if self._call is None:

@@ -518,3 +518,28 @@ def test_dispatch_off_holds_everything_after_the_first_call_until_the_end() -> N
     failed = AnthropicStreamEncoder("m", signer=SIGNER, dispatch=False)
     out = encode_all(failed, events[:-1]) + failed.error(InvalidRequestError("x"))
     assert b"tool_use" in out and out.endswith(b"\n\n") and parse_sse(out)[-1][0] == "error"
+
+
+def test_omitted_thinking_travels_sealed_in_the_signature_and_comes_back() -> None:
+    events = turn(*INTERLEAVED, finish="tool_calls")
+    raw = encode(events, omit_thinking=True)
+    assert not any(d.get("delta", {}).get("type") == "thinking_delta" for _, d in parse_sse(raw))
+    final = sdk_final(raw)
+    thinking = [b for b in final.content if b.type == "thinking"]
+    assert [b.thinking for b in thinking] == ["", ""] and all(b.signature for b in thinking)
+    body = {
+        "model": "m",
+        "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]},
+        ],
+    }
+    restored = decode_messages(body, signer=SIGNER).conversation.messages[1]
+    assert [p.text for p in restored.parts if isinstance(p, Reasoning)] == [
+        INTERLEAVED[0][1],
+        INTERLEAVED[2][1],
+    ]
+    assert not any(isinstance(p, Reasoning) for p in decode_messages(body).conversation.messages[1].parts)
+    built = build_message(events, model="m", signer=SIGNER, omit_thinking=True)
+    assert built["content"][0]["thinking"] == "" and SIGNER.unseal_reasoning(built["content"][0]["signature"])

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentserve.api.identity import BodyIdentity
+from agentserve.api.identity import AgentIdentity, BodyIdentity, resolve_identity
 from agentserve.api.nvext import NvExt
 from agentserve.api.options import GenerationOptions
 from agentserve.conversation import Conversation
@@ -25,6 +25,10 @@ class DecodedRequest:
     ignored: tuple[str, ...] = ()
     # Calls whose exact arguments / turns came back from the call memory (for traces and tests).
     restored: int = 0
+
+    def agent_identity(self, headers: Mapping[str, str]) -> AgentIdentity:
+        """Session, parent and trajectory ids from the headers, `nvext.agent_context` and the body."""
+        return resolve_identity(headers, self.nvext.agent_context, self.identity)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,11 +4,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentserve.api.anthropic import decode_messages
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.identity import AgentIdentity, BodyIdentity, resolve_identity, session_from_user_id
 from agentserve.api.nvext import MAX_ID_LENGTH, AgentContext, AgentHints, is_valid_id, parse_nvext
+from agentserve.api.responses import decode_responses
+from agentserve.api.signing import Signer
 
-from .harness_bodies import CLAUDE_CODE_HEADERS, CLAUDE_SESSION, CLAUDE_USER_ID, CODEX_HEADERS, CODEX_THREAD
+from .harness_bodies import (
+    CLAUDE_CODE_HEADERS,
+    CLAUDE_SESSION,
+    CLAUDE_USER_ID,
+    CODEX_HEADERS,
+    CODEX_THREAD,
+    claude_code_turn1,
+    codex_turn1,
+)
 
 
 def test_claude_code_root_session() -> None:
@@ -138,3 +149,15 @@ def test_nvext_errors(value: object, param: str) -> None:
     with pytest.raises(InvalidRequestError) as err:
         parse_nvext(value)
     assert err.value.param == param
+
+
+def test_decoded_requests_resolve_their_identity() -> None:
+    claude = decode_messages(claude_code_turn1())
+    assert claude.agent_identity({}).session_id == CLAUDE_SESSION  # from metadata.user_id alone
+    assert claude.agent_identity({}).source == "metadata.user_id"
+    assert claude.agent_identity(CLAUDE_CODE_HEADERS).source == "header:x-claude-code-session-id"
+    codex = decode_responses(
+        codex_turn1() | {"nvext": {"agent_context": {"session_id": "explicit"}}}, signer=Signer.random()
+    )
+    assert codex.agent_identity(CODEX_HEADERS).session_id == "explicit"
+    assert codex.agent_identity({"x-agentserve-session-id": "mine"}).session_id == "mine"

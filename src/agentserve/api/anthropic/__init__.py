@@ -21,8 +21,8 @@ Encoding: `AnthropicStreamEncoder` (sans-IO, fed OutputEvents, returns SSE bytes
   signature seals it instead, as the real API does; the decoder (given the signer) restores it.
   Thinking blocks are emitted whenever the model reasons, even if the request did not ask for
   thinking: dropping them would lose them from the next prompt (ask the template not to think).
-- A `tool_use` block is held until its call completes, then sent whole (start, its
-  `input_json_delta` fragments, stop): the `content_block_stop` is the dispatch point and Claude Code
+- A `tool_use` block is held until its call completes, then sent whole (start, one
+  `input_json_delta` with the arguments, stop): the `content_block_stop` is the dispatch point and Claude Code
   never sees a call that will not be dispatched. With `stream_tool_input=True` the fragments stream
   live instead; a call that then fails ends the stream with an `error` event, so the client retries
   rather than running half a call.

@@ -248,18 +248,14 @@ class AnthropicStreamEncoder:
     def _end_call(self, arguments: str) -> bytes:
         if self._call is None:
             return b""
-        call_id, name, fragments = self._call
+        call_id, name, _ = self._call
         self._call = None
         self._dispatched += 1
         if self._stream_tool_input:
             self._open = None
             return self._block_stop()
-        if "".join(fragments) != arguments:
-            fragments = [arguments]  # the end event is authoritative
-        out = self._tool_start(call_id, name)
-        for fragment in fragments:
-            if fragment:
-                out += self._text("input_json_delta", "partial_json", fragment)
+        # A held call goes out whole: its arguments in one delta (the end event is authoritative).
+        out = self._tool_start(call_id, name) + self._text("input_json_delta", "partial_json", arguments)
         return out + self._block_stop()  # the dispatch point
 
     def _fail_call(self, raw: str, message: str) -> bytes:

@@ -281,18 +281,16 @@ class ResponsesStreamEncoder:
         self._text.append(text)
         return out + self._close()
 
-    def _call_events(self, call_id: str, name: str, fragments: list[str], arguments: str | None) -> bytes:
-        """Events of a call item from `added` (when arguments is None: stop after the deltas)."""
+    def _call_events(self, call_id: str, name: str, arguments: str | None) -> bytes:
+        """A call item from `added`: whole (held call, arguments in one delta) or, if None, just opened."""
         item = self._items.call(call_id, name, None)
         self._open_id = item["id"]
         out = self._event("response.output_item.added", {"output_index": self._index, "item": item})
-        if item["type"] == "function_call":
-            for fragment in fragments:
-                if fragment:
-                    out += self._event(
-                        "response.function_call_arguments.delta", {**self._where(), "delta": fragment}
-                    )
-        return out if arguments is None else out + self._finish_call(call_id, name, arguments)
+        if arguments is None:
+            return out
+        if item["type"] == "function_call" and arguments:
+            out += self._delta("response.function_call_arguments.delta", "", arguments)
+        return out + self._finish_call(call_id, name, arguments)
 
     def _finish_call(self, call_id: str, name: str, arguments: str) -> bytes:
         item = self._items.call(call_id, name, arguments)
@@ -353,7 +351,7 @@ class ResponsesStreamEncoder:
                 self._call = (call_id, name, [])
                 if self._live(name):
                     self._open = "call"
-                    out += self._call_events(call_id, name, [], None)
+                    out += self._call_events(call_id, name, None)
                 return out
             case ToolCallArgsDelta(_, fragment):
                 if self._call is not None:
@@ -364,14 +362,12 @@ class ResponsesStreamEncoder:
             case ToolCallEnd(_, arguments):
                 if self._call is None:
                     return out
-                call_id, name, fragments = self._call
+                call_id, name, _ = self._call
                 self._call = None
                 if self._open == "call":
                     self._open = None
                     return out + self._finish_call(call_id, name, arguments)
-                if "".join(fragments) != arguments:
-                    fragments = [arguments]
-                return out + self._call_events(call_id, name, fragments, arguments)
+                return out + self._call_events(call_id, name, arguments)
             case ToolCallError(_, _, raw, message):
                 return out + self._fail_call(raw, message)
             case Finish():

@@ -113,13 +113,15 @@ class ChatStreamEncoder:
         return self._done
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        reason = "null" if finish is None else dumps(finish)
+        return self._raw_chunk(dumps(delta), "null" if finish is None else dumps(finish))
+
+    def _raw_chunk(self, delta_json: str, finish_json: str = "null") -> bytes:
         return (
             self._envelope
             + '"choices":[{"index":0,"delta":'
-            + dumps(delta)
+            + delta_json
             + ',"logprobs":null,"finish_reason":'
-            + reason
+            + finish_json
             + "}]}\n\n"
         ).encode()
 
@@ -144,13 +146,16 @@ class ChatStreamEncoder:
                     if self._reasoned:
                         text = REASONING_SEPARATOR + text
                     self._in_reasoning = self._reasoned = True
-                return out + self._chunk({"reasoning_content": text, "reasoning": text})
+                quoted = dumps(text)  # the per-token path: render by hand, encode the text once
+                return out + self._raw_chunk(
+                    '{"reasoning_content":' + quoted + ',"reasoning":' + quoted + "}"
+                )
             case ReasoningEnd():
                 self._in_reasoning = False
                 return out
             case TextDelta(text):
                 self._in_reasoning = False
-                return out + self._chunk({"content": text})
+                return out + self._raw_chunk('{"content":' + dumps(text) + "}")
             case ToolCallStart(_, call_id, name):
                 self._in_reasoning = False
                 self._call = (call_id, name, [])

@@ -34,7 +34,7 @@ STORE.put("resp_1", (Message("assistant", (ToolCall("call_9", "f", "{}"),)),))
 
 Decoder = Callable[[Any], Any]
 DECODERS: dict[str, Decoder] = {
-    "messages": lambda b: decode_messages(b, memory=MEMORY),
+    "messages": lambda b: decode_messages(b, memory=MEMORY, signer=SIGNER),
     "count_tokens": decode_count_tokens,
     "chat": lambda b: decode_chat(b, memory=MEMORY),
     "responses": lambda b: decode_responses(b, signer=SIGNER, store=STORE),

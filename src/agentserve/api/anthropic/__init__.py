@@ -22,10 +22,10 @@ Encoding: `AnthropicStreamEncoder` (sans-IO, fed OutputEvents, returns SSE bytes
   Thinking blocks are emitted whenever the model reasons, even if the request did not ask for
   thinking: dropping them would lose them from the next prompt (ask the template not to think).
 - A `tool_use` block is held until its call completes, then sent whole (start, one
-  `input_json_delta` with the arguments, stop): the `content_block_stop` is the dispatch point and Claude Code
-  never sees a call that will not be dispatched. With `stream_tool_input=True` the fragments stream
-  live instead; a call that then fails ends the stream with an `error` event, so the client retries
-  rather than running half a call.
+  `input_json_delta` with the arguments, stop): the `content_block_stop` is the dispatch point and
+  Claude Code never sees a call that will not be dispatched. With `stream_tool_input=True` the
+  fragments stream live instead; a call that then fails ends the stream with an `error` event, so
+  the client retries rather than running half a call.
 - A call that fails (ToolCallError, or cut off by max_tokens) is never a `tool_use`: its raw text
   becomes a text block, so nothing the model wrote is lost.
 - With `dispatch=False` (streaming tool dispatch turned off) everything from the first completed

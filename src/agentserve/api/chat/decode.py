@@ -1,0 +1,351 @@
+"""Chat Completions requests: `/v1/chat/completions` bodies into Conversation + options."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentserve.api._check import (
+    at,
+    expect_dict,
+    expect_list,
+    missing,
+    one_of,
+    opt_bool,
+    opt_dict,
+    opt_int,
+    opt_number,
+    opt_str,
+    req_str,
+    wrong_type,
+)
+from agentserve.api._common import parse_data_url
+from agentserve.api.chat.encode import REASONING_SEPARATOR
+from agentserve.api.errors import InvalidRequestError
+from agentserve.api.memory import CallMemory
+from agentserve.api.nvext import parse_nvext
+from agentserve.api.options import (
+    GenerationOptions,
+    ReasoningOptions,
+    ResponseFormat,
+    ThinkingMode,
+    ToolChoice,
+)
+from agentserve.api.request import DecodedRequest
+from agentserve.conversation import (
+    Conversation,
+    Image,
+    Message,
+    Part,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+_KNOWN_FIELDS = frozenset(
+    {
+        "model", "messages", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
+        "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+        "stop", "seed", "presence_penalty", "frequency_penalty", "n", "response_format", "reasoning_effort",
+        "chat_template_kwargs", "nvext", "user", "store", "metadata",
+    }
+)  # fmt: skip
+
+
+class _Decoder:
+    def __init__(self, memory: CallMemory | None, scope: str) -> None:
+        self.memory = memory
+        self.scope = scope
+        self.call_names: dict[str, str] = {}
+        self.id_map: dict[str, str] = {}  # client's call id -> ours, for restored turns
+        self.legacy_calls: list[tuple[str, str]] = []  # (id, name) of unanswered legacy function calls
+        self.ignored: list[str] = []
+        self.restored = 0
+
+    def texts(self, content: Any, path: str, *, images: bool) -> tuple[Text | Image, ...]:
+        if content is None:
+            return ()
+        if type(content) is str:
+            return (Text(content),) if content else ()
+        out: list[Text | Image] = []
+        for j, raw in enumerate(expect_list(content, path)):
+            ppath = at(path, j)
+            part = expect_dict(raw, ppath)
+            kind = req_str(part, "type", ppath)
+            if kind == "text":
+                out.append(Text(req_str(part, "text", ppath)))
+            elif kind == "refusal" and not images:
+                out.append(Text(req_str(part, "refusal", ppath)))
+            elif kind == "image_url" and images:
+                image = part.get("image_url")
+                ipath = at(ppath, "image_url")
+                url = image if type(image) is str else req_str(expect_dict(image, ipath), "url", ipath)
+                out.append(parse_data_url(url))
+            else:
+                raise InvalidRequestError(f"unsupported content part type {kind!r}", param=at(ppath, "type"))
+        return tuple(out)
+
+    def tool_call(self, raw: Any, path: str) -> ToolCall:
+        call = expect_dict(raw, path)
+        kind = call.get("type", "function")
+        if kind != "function":
+            raise InvalidRequestError(f"unsupported tool call type {kind!r}", param=at(path, "type"))
+        call_id = req_str(call, "id", path, nonempty=True)
+        fpath = at(path, "function")
+        function = expect_dict(call.get("function"), fpath)
+        name = req_str(function, "name", fpath, nonempty=True)
+        arguments = function.get("arguments")
+        if type(arguments) is dict:
+            arguments = json.dumps(arguments, ensure_ascii=False)  # lenient: some clients send an object
+        elif arguments is None:
+            arguments = "{}"
+        elif type(arguments) is not str:
+            raise wrong_type(at(fpath, "arguments"), "a string", arguments)
+        return ToolCall(call_id, name, arguments)
+
+    def assistant(self, m: dict[str, Any], path: str) -> Message:
+        reasoning = opt_str(m, "reasoning_content", path)
+        if reasoning is None:
+            reasoning = opt_str(m, "reasoning", path)
+        parts: list[Part] = []
+        if reasoning:
+            parts.append(Reasoning(reasoning))
+        parts += [
+            p for p in self.texts(m.get("content"), at(path, "content"), images=False) if isinstance(p, Text)
+        ]
+        raw_calls = m.get("tool_calls")
+        calls: list[ToolCall] = []
+        if raw_calls is not None:
+            cpath = at(path, "tool_calls")
+            for k, raw in enumerate(expect_list(raw_calls, cpath)):
+                call = self.tool_call(raw, at(cpath, k))
+                if call.id in self.call_names or any(c.id == call.id for c in calls):
+                    raise InvalidRequestError(
+                        f"duplicate tool call id {call.id!r}", param=at(at(cpath, k), "id")
+                    )
+                calls.append(call)
+        legacy = opt_dict(m, "function_call", path)
+        if legacy is not None:
+            lpath = at(path, "function_call")
+            arguments = legacy.get("arguments", "{}")
+            if type(arguments) is not str:
+                raise wrong_type(at(lpath, "arguments"), "a string", arguments)
+            call = ToolCall(f"call_legacy_{len(self.call_names)}", req_str(legacy, "name", lpath), arguments)
+            self.legacy_calls.append((call.id, call.name))
+            calls.append(call)
+        message = Message("assistant", (*parts, *calls))
+        if calls and self.memory is not None:
+            turn = self.memory.restore_turn(message, reasoning, REASONING_SEPARATOR, self.scope)
+            if turn is not None:
+                for sent, mine in zip(calls, turn.tool_calls, strict=True):
+                    self.id_map[sent.id] = mine.id
+                message = turn
+                self.restored += len(calls)
+        for call in message.tool_calls:
+            self.call_names[call.id] = call.name
+        return message
+
+    def tool(self, m: dict[str, Any], path: str) -> Message:
+        sent_id = req_str(m, "tool_call_id", path)
+        call_id = self.id_map.get(sent_id, sent_id)
+        name = self.call_names.get(call_id)
+        if name is None:
+            raise InvalidRequestError(
+                f"tool message answers {sent_id!r}, which no preceding assistant tool_calls contain",
+                param=at(path, "tool_call_id"),
+            )
+        content = self.texts(m.get("content"), at(path, "content"), images=True)
+        return Message("tool", (ToolResult(call_id, content, False, name),))
+
+    def function_result(self, m: dict[str, Any], path: str) -> Message:
+        name = req_str(m, "name", path)
+        for k, (call_id, call_name) in enumerate(self.legacy_calls):
+            if call_name == name:
+                del self.legacy_calls[k]
+                content = self.texts(m.get("content"), at(path, "content"), images=False)
+                return Message("tool", (ToolResult(call_id, content, False, name),))
+        raise InvalidRequestError(
+            f"function message for {name!r} answers no function_call", param=at(path, "name")
+        )
+
+    def messages(self, value: Any) -> tuple[tuple[Text, ...], tuple[Message, ...]]:
+        if value is None:
+            raise missing("messages")
+        items = expect_list(value, "messages")
+        if not items:
+            raise InvalidRequestError("at least one message is required", param="messages")
+        system: list[Text] = []
+        out: list[Message] = []
+        for i, raw in enumerate(items):
+            path = at("messages", i)
+            m = expect_dict(raw, path)
+            role = req_str(m, "role", path)
+            if role in ("system", "developer"):
+                texts = tuple(
+                    p
+                    for p in self.texts(m.get("content"), at(path, "content"), images=False)
+                    if isinstance(p, Text)
+                )
+                if out:
+                    out.append(Message("system", texts))
+                else:
+                    system += texts
+            elif role == "user":
+                content = m.get("content")
+                if content is None:
+                    raise missing(at(path, "content"))
+                out.append(Message("user", self.texts(content, at(path, "content"), images=True)))
+            elif role == "assistant":
+                out.append(self.assistant(m, path))
+            elif role == "tool":
+                out.append(self.tool(m, path))
+            elif role == "function":
+                out.append(self.function_result(m, path))
+            else:
+                raise InvalidRequestError(
+                    f"unknown role {role!r}: expected system, developer, user, assistant or tool",
+                    param=at(path, "role"),
+                )
+        return tuple(system), tuple(out)
+
+    def tools(self, b: dict[str, Any]) -> tuple[ToolSpec, ...]:
+        specs: list[ToolSpec] = []
+        seen: set[str] = set()
+
+        def add(function: dict[str, Any], path: str) -> None:
+            name = req_str(function, "name", path, nonempty=True)
+            if name in seen:
+                raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(path, "name"))
+            seen.add(name)
+            parameters = opt_dict(function, "parameters", path)
+            specs.append(ToolSpec(name, opt_str(function, "description", path) or "", parameters or {}))
+
+        tools = b.get("tools")
+        if tools is not None:
+            for i, raw in enumerate(expect_list(tools, "tools")):
+                path = at("tools", i)
+                tool = expect_dict(raw, path)
+                kind = tool.get("type", "function")
+                if kind != "function":
+                    self.ignored.append(path)
+                    continue
+                add(expect_dict(tool.get("function"), at(path, "function")), at(path, "function"))
+        functions = b.get("functions")
+        if functions is not None:
+            for i, raw in enumerate(expect_list(functions, "functions")):
+                add(expect_dict(raw, at("functions", i)), at("functions", i))
+        return tuple(specs)
+
+
+def _tool_choice(b: dict[str, Any]) -> ToolChoice:
+    value = b.get("tool_choice")
+    path = "tool_choice"
+    if value is None and b.get("function_call") is not None:
+        value, path = b["function_call"], "function_call"
+        if type(value) is dict:
+            return ToolChoice("named", req_str(value, "name", path, nonempty=True))
+    if value is None:
+        return ToolChoice()
+    if type(value) is str:
+        mode = one_of(value, ("auto", "none", "required"), path)
+        return ToolChoice(mode)  # type: ignore[arg-type]
+    choice = expect_dict(value, path)
+    one_of(req_str(choice, "type", path), ("function",), at(path, "type"))
+    function = expect_dict(choice.get("function"), at(path, "function"))
+    return ToolChoice("named", req_str(function, "name", at(path, "function"), nonempty=True))
+
+
+def _response_format(b: dict[str, Any]) -> ResponseFormat | None:
+    value = opt_dict(b, "response_format", "")
+    if value is None:
+        return None
+    kind = one_of(
+        req_str(value, "type", "response_format"),
+        ("text", "json_object", "json_schema"),
+        "response_format.type",
+    )
+    if kind == "json_schema":
+        spec = expect_dict(value.get("json_schema"), "response_format.json_schema")
+        return ResponseFormat(
+            "json_schema",
+            opt_dict(spec, "schema", "response_format.json_schema"),
+            opt_str(spec, "name", "response_format.json_schema"),
+            opt_bool(spec, "strict", "response_format.json_schema"),
+        )
+    return ResponseFormat(kind)  # type: ignore[arg-type]
+
+
+def _stop(b: dict[str, Any]) -> tuple[str, ...]:
+    value = b.get("stop")
+    if value is None:
+        return ()
+    if type(value) is str:
+        return (value,)
+    items = expect_list(value, "stop")
+    for i, item in enumerate(items):
+        if type(item) is not str:
+            raise wrong_type(at("stop", i), "a string", item)
+    return tuple(items)
+
+
+def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: str = "") -> DecodedRequest:
+    """Decode a `POST /v1/chat/completions` body (already parsed JSON). Raises only ApiError."""
+    b = expect_dict(body, "body")
+    d = _Decoder(memory, memory_scope)
+    model = req_str(b, "model", "", nonempty=True)
+    n = opt_int(b, "n", "")
+    if n is not None and n != 1:
+        raise InvalidRequestError("only n=1 is supported: send one request per choice", param="n")
+    system, messages = d.messages(b.get("messages"))
+    tools = d.tools(b)
+    max_tokens = opt_int(b, "max_completion_tokens", "", minimum=0)
+    if max_tokens is None:
+        max_tokens = opt_int(b, "max_tokens", "", minimum=0)
+    stream_options = opt_dict(b, "stream_options", "")
+    include_usage = (
+        bool(opt_bool(stream_options, "include_usage", "stream_options")) if stream_options else False
+    )
+    effort = opt_str(b, "reasoning_effort", "")
+    if effort is not None:
+        one_of(effort, _EFFORTS, "reasoning_effort")
+    kwargs = opt_dict(b, "chat_template_kwargs", "") or {}
+    mode: ThinkingMode = "default"
+    thinking = kwargs.get("enable_thinking", kwargs.get("thinking"))
+    if type(thinking) is bool:
+        mode = "enabled" if thinking else "disabled"
+    top_k = opt_int(b, "top_k", "", minimum=-1)
+    seed = opt_int(b, "seed", "")
+    nvext = parse_nvext(b.get("nvext"))
+    for key in b:
+        if key not in _KNOWN_FIELDS and b[key] is not None:
+            d.ignored.append(key)
+    options = GenerationOptions(
+        model=model,
+        max_tokens=max_tokens,
+        temperature=opt_number(b, "temperature", "", minimum=0.0, maximum=2.0),
+        top_p=opt_number(b, "top_p", "", minimum=0.0, maximum=1.0),
+        top_k=None if top_k in (None, -1, 0) else top_k,
+        stop=_stop(b),
+        seed=seed,
+        presence_penalty=opt_number(b, "presence_penalty", "", minimum=-2.0, maximum=2.0),
+        frequency_penalty=opt_number(b, "frequency_penalty", "", minimum=-2.0, maximum=2.0),
+        stream=bool(opt_bool(b, "stream", "")),
+        tool_choice=_tool_choice(b),
+        parallel_tool_calls=opt_bool(b, "parallel_tool_calls", "") is not False,
+        reasoning=ReasoningOptions(mode=mode, effort=effort),
+        response_format=_response_format(b),
+        include_usage=include_usage,
+        template_kwargs=kwargs,
+    )
+    opt_str(b, "user", "")
+    return DecodedRequest(
+        api="chat",
+        conversation=Conversation(system, messages, tools),
+        options=options,
+        nvext=nvext,
+        ignored=tuple(d.ignored) + nvext.ignored,
+        restored=d.restored,
+    )

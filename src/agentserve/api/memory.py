@@ -1,0 +1,124 @@
+"""A bounded server-side memory of recent assistant turns, keyed by their tool-call ids.
+
+Chat Completions clients often drop `reasoning_content` from history and re-serialise tool arguments
+(pi and OpenClaw send `{"command":"echo hello"}` for the model's `{"command": "echo hello"}`; OpenClaw
+even strips `_` from call ids). Anthropic clients send `input` as an object. Either way the next
+prompt would differ from what the model produced and the KV cache would be lost from that point.
+When a history message still describes the same turn (same calls, equal arguments, same text), the
+decoder swaps in the turn exactly as the model produced it.
+
+Keys are the call ids with everything but letters and digits removed (so rewritten ids still match),
+under a caller-chosen `scope` (API key or session), so one client never gets another's turn. Ids
+should be unguessable (the parsers' default `call_<24 hex>`). Not thread-safe: one per event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from typing import Any
+
+from agentserve.conversation import Message, Reasoning, Text, ToolCall
+
+_NOT_ALNUM = re.compile(r"[^0-9A-Za-z]+")
+
+
+def _key(scope: str, call_id: str) -> str:
+    return scope + "\0" + _NOT_ALNUM.sub("", call_id)
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOT_JSON
+
+
+_NOT_JSON = object()
+
+
+def same_arguments(remembered: str, value: Any) -> bool:
+    """`value` (a parsed object, or JSON text) means the same arguments as `remembered`."""
+    if isinstance(value, str):
+        if value == remembered:
+            return True
+        value = _loads(value)
+    return value is not _NOT_JSON and _loads(remembered) == value
+
+
+class CallMemory:
+    __slots__ = ("_max", "_turns")
+
+    def __init__(self, max_turns: int = 4096) -> None:
+        self._max = max_turns
+        self._turns: OrderedDict[str, Message] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    def remember(self, message: Message, scope: str = "") -> None:
+        """Keep an assistant turn that made calls (turns without calls cannot be found again)."""
+        for call in message.tool_calls:
+            key = _key(scope, call.id)
+            self._turns[key] = message
+            self._turns.move_to_end(key)
+        while len(self._turns) > self._max:
+            self._turns.popitem(last=False)
+
+    def turn(self, call_id: str, scope: str = "") -> Message | None:
+        if not self._turns:
+            return None
+        key = _key(scope, call_id)
+        message = self._turns.get(key)
+        if message is not None:
+            self._turns.move_to_end(key)
+        return message
+
+    def call(self, call_id: str, scope: str = "") -> ToolCall | None:
+        message = self.turn(call_id, scope)
+        if message is None:
+            return None
+        wanted = _key(scope, call_id)
+        for call in message.tool_calls:
+            if _key(scope, call.id) == wanted:
+                return call
+        return None
+
+    def restore_arguments(self, call_id: str, name: str, value: Any, scope: str = "") -> str | None:
+        """The exact arguments text the model wrote for this call, if `value` still means it."""
+        call = self.call(call_id, scope)
+        if call is None or call.name != name or not same_arguments(call.arguments, value):
+            return None
+        return call.arguments
+
+    def restore_turn(
+        self, sent: Message, sent_reasoning: str | None, separator: str, scope: str = ""
+    ) -> Message | None:
+        """The remembered turn that `sent` (a flattened echo of it) describes, or None.
+
+        `sent` carries the client's calls and text; `sent_reasoning` is its flat reasoning field
+        (None or "" when dropped), which must otherwise equal the remembered segments joined by
+        `separator`. All-or-nothing: an edited turn is the client's to keep.
+        """
+        calls = sent.tool_calls
+        if not calls:
+            return None
+        turn = self.turn(calls[0].id, scope)
+        if turn is None:
+            return None
+        mine = turn.tool_calls
+        if len(mine) != len(calls):
+            return None
+        for a, b in zip(mine, calls, strict=True):
+            if _key(scope, a.id) != _key(scope, b.id) or a.name != b.name:
+                return None
+            if not same_arguments(a.arguments, b.arguments):
+                return None
+        if "".join(p.text for p in turn.parts if isinstance(p, Text)).strip() != sent.text.strip():
+            return None
+        if sent_reasoning:
+            segments = separator.join(p.text for p in turn.parts if isinstance(p, Reasoning))
+            if segments.strip() != sent_reasoning.strip():
+                return None
+        return turn

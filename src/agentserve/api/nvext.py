@@ -1,0 +1,98 @@
+"""The `nvext` request extension (Dynamo's name, kept for users coming from Dynamo).
+
+`nvext.agent_hints` carry serving intent to the router: `priority` (higher first), `osl` (expected
+output tokens) and `speculative_prefill` (warm the next turn's prefix after this one).
+`nvext.agent_context` names the session explicitly (headers are preferred: see `identity`).
+Unknown nvext fields are accepted and reported in `ignored`, so newer clients keep working.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentserve.api._check import at, expect_dict, opt_bool, opt_int, opt_str
+from agentserve.api.errors import InvalidRequestError
+
+MAX_ID_LENGTH = 128
+# Session ids are untrusted: printable, no whitespace, quotes or backslashes, bounded.
+_ID = re.compile(rf"[A-Za-z0-9._:@/+=#~-]{{1,{MAX_ID_LENGTH}}}\Z")
+
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+MAX_OSL = 1 << 24
+
+
+def is_valid_id(value: str) -> bool:
+    return _ID.match(value) is not None
+
+
+def checked_id(d: dict[str, Any], key: str, path: str) -> str | None:
+    value = opt_str(d, key, path)
+    if value is not None and not is_valid_id(value):
+        raise InvalidRequestError(
+            f"must be 1-{MAX_ID_LENGTH} characters of letters, digits and ._:@/+=#~-", param=at(path, key)
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class AgentHints:
+    priority: int | None = None
+    osl: int | None = None
+    speculative_prefill: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AgentContext:
+    session_id: str | None = None
+    parent_session_id: str | None = None
+    trajectory_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NvExt:
+    agent_hints: AgentHints = AgentHints()
+    agent_context: AgentContext | None = None
+    cache_salt: str | None = None
+    ignored: tuple[str, ...] = field(default=())
+
+
+_HINT_KEYS = frozenset({"priority", "osl", "speculative_prefill"})
+_CONTEXT_KEYS = frozenset({"session_id", "parent_session_id", "trajectory_id"})
+
+
+def parse_nvext(value: Any, path: str = "nvext") -> NvExt:
+    if value is None:
+        return NvExt()
+    nv = expect_dict(value, path)
+    ignored = [at(path, k) for k in nv if k not in ("agent_hints", "agent_context", "cache_salt")]
+
+    hints = AgentHints()
+    raw_hints = nv.get("agent_hints")
+    if raw_hints is not None:
+        hpath = at(path, "agent_hints")
+        h = expect_dict(raw_hints, hpath)
+        hints = AgentHints(
+            priority=opt_int(h, "priority", hpath, minimum=I32_MIN, maximum=I32_MAX),
+            osl=opt_int(h, "osl", hpath, minimum=0, maximum=MAX_OSL),
+            speculative_prefill=bool(opt_bool(h, "speculative_prefill", hpath)),
+        )
+        ignored += [at(hpath, k) for k in h if k not in _HINT_KEYS]
+
+    context = None
+    raw_context = nv.get("agent_context")
+    if raw_context is not None:
+        cpath = at(path, "agent_context")
+        c = expect_dict(raw_context, cpath)
+        context = AgentContext(
+            session_id=checked_id(c, "session_id", cpath),
+            parent_session_id=checked_id(c, "parent_session_id", cpath),
+            trajectory_id=checked_id(c, "trajectory_id", cpath),
+        )
+        ignored += [at(cpath, k) for k in c if k not in _CONTEXT_KEYS]
+
+    salt = opt_str(nv, "cache_salt", path)
+    if salt is not None and len(salt) > 256:
+        raise InvalidRequestError("must be at most 256 characters", param=at(path, "cache_salt"))
+    return NvExt(hints, context, salt, tuple(ignored))

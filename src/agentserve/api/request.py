@@ -1,0 +1,64 @@
+"""The result of decoding any API's request body: one shape the rest of the frontend consumes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentserve.api.identity import AgentIdentity, BodyIdentity, resolve_identity
+from agentserve.api.nvext import NvExt
+from agentserve.api.options import GenerationOptions
+from agentserve.conversation import Conversation
+
+ApiName = Literal["anthropic", "chat", "responses"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodedRequest:
+    api: ApiName
+    conversation: Conversation
+    options: GenerationOptions
+    identity: BodyIdentity = field(default_factory=BodyIdentity)
+    nvext: NvExt = field(default_factory=NvExt)
+    # Fields accepted but not acted on (JSON paths), for the server to log; never an error.
+    ignored: tuple[str, ...] = ()
+    # Calls whose exact arguments / turns came back from the call memory (for traces and tests).
+    restored: int = 0
+
+    def agent_identity(self, headers: Mapping[str, str]) -> AgentIdentity:
+        """Session, parent and trajectory ids from the headers, `nvext.agent_context` and the body."""
+        return resolve_identity(headers, self.nvext.agent_context, self.identity)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnthropicRequest(DecodedRequest):
+    user_id: str | None = None
+    context_management: Mapping[str, Any] | None = None
+
+
+ToolKind = Literal["function", "custom"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesTool:
+    """How a tool the model may call must be echoed back in Responses output."""
+
+    kind: ToolKind = "function"
+    namespace: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponsesRequest(DecodedRequest):
+    store: bool = True
+    previous_response_id: str | None = None
+    include: tuple[str, ...] = ()
+    prompt_cache_key: str | None = None
+    instructions: str | None = None
+    tool_kinds: Mapping[str, ResponsesTool] = field(default_factory=dict)
+    # Request fields the Response object repeats back (tools, tool_choice, reasoning, text, ...).
+    echo: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def wants_encrypted_reasoning(self) -> bool:
+        return "reasoning.encrypted_content" in self.include

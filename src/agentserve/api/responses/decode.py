@@ -1,0 +1,378 @@
+"""Responses requests: `/v1/responses` bodies into Conversation + options."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentserve.api._check import (
+    at,
+    expect_dict,
+    expect_list,
+    missing,
+    one_of,
+    opt_bool,
+    opt_dict,
+    opt_int,
+    opt_number,
+    opt_str,
+    req_str,
+    str_list,
+    wrong_type,
+)
+from agentserve.api._common import parse_data_url
+from agentserve.api.errors import InvalidRequestError
+from agentserve.api.identity import BodyIdentity
+from agentserve.api.nvext import is_valid_id, parse_nvext
+from agentserve.api.options import GenerationOptions, ReasoningOptions, ResponseFormat, ToolChoice
+from agentserve.api.request import ResponsesRequest, ResponsesTool
+from agentserve.api.responses.common import CUSTOM_INPUT, ResponseStore, custom_tool_parameters
+from agentserve.api.signing import Signer
+from agentserve.conversation import (
+    Conversation,
+    Image,
+    Message,
+    Part,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+_SUMMARIES = ("auto", "concise", "detailed", "none")
+_VERBOSITY = ("low", "medium", "high")
+_KNOWN_FIELDS = frozenset(
+    {
+        "model", "instructions", "input", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text",
+        "include", "store", "previous_response_id", "prompt_cache_key", "stream", "stream_options",
+        "max_output_tokens", "temperature", "top_p", "truncation", "metadata", "user", "service_tier",
+        "client_metadata", "safety_identifier", "prompt_cache_retention", "nvext", "max_tool_calls",
+    }
+)  # fmt: skip
+# Items produced by hosted tools on OpenAI's side: nothing our model can replay.
+_HOSTED_ITEMS = frozenset(
+    {
+        "web_search_call", "file_search_call", "computer_call", "computer_call_output",
+        "code_interpreter_call", "image_generation_call", "local_shell_call", "local_shell_call_output",
+        "mcp_call", "mcp_list_tools",
+        "mcp_approval_request", "mcp_approval_response", "shell_call", "shell_call_output",
+        "apply_patch_call", "apply_patch_call_output", "compaction", "tool_search_call", "tool_search_output",
+    }
+)  # fmt: skip
+
+
+class _Decoder:
+    def __init__(self, signer: Signer) -> None:
+        self.signer = signer
+        self.call_names: dict[str, str] = {}
+        self.ignored: list[str] = []
+        self.system: list[Text] = []
+        self.messages: list[Message] = []
+        self.turn: list[Part] | None = None  # the assistant turn being collected
+        self.tools: list[ToolSpec] = []
+        self.tool_kinds: dict[str, ResponsesTool] = {}
+
+    def flush(self) -> None:
+        if self.turn is not None:
+            self.messages.append(Message("assistant", tuple(self.turn)))
+            self.turn = None
+
+    def assistant_part(self, part: Part) -> None:
+        if self.turn is None:
+            self.turn = []
+        self.turn.append(part)
+
+    def content(self, value: Any, path: str, *, role: str) -> tuple[Text | Image, ...]:
+        if type(value) is str:
+            return (Text(value),) if value else ()
+        out: list[Text | Image] = []
+        for j, raw in enumerate(expect_list(value, path)):
+            ppath = at(path, j)
+            part = expect_dict(raw, ppath)
+            kind = req_str(part, "type", ppath)
+            if kind in ("input_text", "output_text", "text"):
+                out.append(Text(req_str(part, "text", ppath)))
+            elif kind == "refusal":
+                out.append(Text(req_str(part, "refusal", ppath)))
+            elif kind == "input_image" and role != "assistant":
+                url = opt_str(part, "image_url", ppath)
+                if url is None:
+                    raise InvalidRequestError("only image_url images are supported (no file_id)", param=ppath)
+                out.append(parse_data_url(url))
+            else:
+                raise InvalidRequestError(f"unsupported content type {kind!r}", param=at(ppath, "type"))
+        return tuple(out)
+
+    def message(self, item: dict[str, Any], path: str) -> None:
+        role = req_str(item, "role", path)
+        one_of(role, ("user", "assistant", "system", "developer"), at(path, "role"))
+        content = item.get("content")
+        if content is None:
+            raise missing(at(path, "content"))
+        parts = self.content(content, at(path, "content"), role=role)
+        if role == "assistant":
+            for part in parts:
+                self.assistant_part(part)
+            return
+        self.flush()
+        if role == "user":
+            self.messages.append(Message("user", parts))
+            return
+        texts = tuple(p for p in parts if isinstance(p, Text))
+        if self.messages:
+            self.messages.append(Message("system", texts))
+        else:
+            self.system += texts
+
+    def reasoning(self, item: dict[str, Any], path: str) -> None:
+        texts = []
+        content = item.get("content")
+        if content is not None:
+            cpath = at(path, "content")
+            for j, raw in enumerate(expect_list(content, cpath)):
+                texts.append(req_str(expect_dict(raw, at(cpath, j)), "text", at(cpath, j)))
+        summary = item.get("summary")
+        if summary is not None:
+            expect_list(summary, at(path, "summary"))
+        sealed = opt_str(item, "encrypted_content", path)
+        text = self.signer.unseal_reasoning(sealed) if sealed else None
+        if text is None:
+            text = "".join(texts)
+        if text:
+            self.assistant_part(Reasoning(text))
+
+    def call(self, item: dict[str, Any], path: str, *, custom: bool) -> None:
+        call_id = req_str(item, "call_id", path, nonempty=True)
+        if call_id in self.call_names:
+            raise InvalidRequestError(f"duplicate call_id {call_id!r}", param=at(path, "call_id"))
+        name = req_str(item, "name", path, nonempty=True)
+        if custom:
+            arguments = json.dumps({CUSTOM_INPUT: req_str(item, "input", path)}, ensure_ascii=False)
+        else:
+            arguments = req_str(item, "arguments", path)
+        self.call_names[call_id] = name
+        self.assistant_part(ToolCall(call_id, name, arguments))
+
+    def output(self, item: dict[str, Any], path: str) -> None:
+        self.flush()
+        call_id = req_str(item, "call_id", path)
+        name = self.call_names.get(call_id)
+        if name is None:
+            raise InvalidRequestError(
+                f"no tool call found for output with call_id {call_id!r}", param=at(path, "call_id")
+            )
+        value = item.get("output")
+        if value is None:
+            raise missing(at(path, "output"))
+        content = self.content(value, at(path, "output"), role="tool")
+        self.messages.append(Message("tool", (ToolResult(call_id, content, False, name),)))
+
+    def items(self, value: Any) -> None:
+        if type(value) is str:
+            self.messages.append(Message("user", (Text(value),)))
+            return
+        for i, raw in enumerate(expect_list(value, "input")):
+            path = at("input", i)
+            item = expect_dict(raw, path)
+            kind = item.get("type", "message")
+            if type(kind) is not str:
+                raise wrong_type(at(path, "type"), "a string", kind)
+            if kind == "message":
+                self.message(item, path)
+            elif kind == "reasoning":
+                self.reasoning(item, path)
+            elif kind == "function_call":
+                self.call(item, path, custom=False)
+            elif kind == "custom_tool_call":
+                self.call(item, path, custom=True)
+            elif kind in ("function_call_output", "custom_tool_call_output"):
+                self.output(item, path)
+            elif kind == "additional_tools":
+                self.add_tools(item.get("tools"), at(path, "tools"))
+            elif kind in _HOSTED_ITEMS:
+                self.ignored.append(path)
+            elif kind == "item_reference":
+                raise InvalidRequestError("item_reference is not supported: send the items", param=path)
+            else:
+                raise InvalidRequestError(f"unsupported input item type {kind!r}", param=at(path, "type"))
+        self.flush()
+
+    def add_tools(self, value: Any, path: str, namespace: str | None = None) -> None:
+        if value is None:
+            return
+        for i, raw in enumerate(expect_list(value, path)):
+            tpath = at(path, i)
+            tool = expect_dict(raw, tpath)
+            kind = req_str(tool, "type", tpath)
+            if kind == "namespace" and namespace is None:
+                self.add_tools(
+                    tool.get("tools"), at(tpath, "tools"), req_str(tool, "name", tpath, nonempty=True)
+                )
+                continue
+            if kind not in ("function", "custom"):
+                self.ignored.append(tpath)  # hosted tools run on OpenAI's side, not here
+                continue
+            name = req_str(tool, "name", tpath, nonempty=True)
+            if name in self.tool_kinds:
+                raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(tpath, "name"))
+            description = opt_str(tool, "description", tpath) or ""
+            if kind == "function":
+                parameters = opt_dict(tool, "parameters", tpath) or {"type": "object", "properties": {}}
+            else:
+                opt_dict(tool, "format", tpath)
+                parameters = custom_tool_parameters()
+            self.tools.append(ToolSpec(name, description, parameters))
+            self.tool_kinds[name] = ResponsesTool(kind, namespace)  # type: ignore[arg-type]
+
+
+def _tool_choice(value: Any) -> ToolChoice:
+    if value is None:
+        return ToolChoice()
+    if type(value) is str:
+        return ToolChoice(one_of(value, ("auto", "none", "required"), "tool_choice"))  # type: ignore[arg-type]
+    choice = expect_dict(value, "tool_choice")
+    kind = req_str(choice, "type", "tool_choice")
+    if kind in ("function", "custom"):
+        return ToolChoice("named", req_str(choice, "name", "tool_choice", nonempty=True))
+    if kind == "allowed_tools":
+        mode = opt_str(choice, "mode", "tool_choice") or "auto"
+        return ToolChoice(one_of(mode, ("auto", "required"), "tool_choice.mode"))  # type: ignore[arg-type]
+    return ToolChoice()  # a hosted tool: nothing we can force
+
+
+def _text(value: Any) -> tuple[str | None, ResponseFormat | None]:
+    if value is None:
+        return None, None
+    text = expect_dict(value, "text")
+    verbosity = opt_str(text, "verbosity", "text")
+    if verbosity is not None:
+        one_of(verbosity, _VERBOSITY, "text.verbosity")
+    fmt = None
+    raw = opt_dict(text, "format", "text")
+    if raw is not None:
+        kind = one_of(
+            req_str(raw, "type", "text.format"), ("text", "json_object", "json_schema"), "text.format.type"
+        )
+        if kind == "json_schema":
+            fmt = ResponseFormat(
+                "json_schema",
+                opt_dict(raw, "schema", "text.format"),
+                opt_str(raw, "name", "text.format"),
+                opt_bool(raw, "strict", "text.format"),
+            )
+        elif kind == "json_object":
+            fmt = ResponseFormat("json_object")
+    return verbosity, fmt
+
+
+def decode_responses(body: Any, *, signer: Signer, store: ResponseStore | None = None) -> ResponsesRequest:
+    """Decode a `POST /v1/responses` body (already parsed JSON). Raises only ApiError."""
+    b = expect_dict(body, "body")
+    d = _Decoder(signer)
+    model = req_str(b, "model", "", nonempty=True)
+    instructions = opt_str(b, "instructions", "")
+    if instructions:
+        d.system.append(Text(instructions))
+    previous = opt_str(b, "previous_response_id", "")
+    if previous is not None:
+        history = store.get(previous) if store is not None else None
+        if history is None:
+            raise InvalidRequestError(
+                f"Previous response with id {previous!r} not found.",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        d.messages += history
+        for message in history:
+            for call in message.tool_calls:
+                d.call_names[call.id] = call.name
+    value = b.get("input")
+    if value is None and previous is None:
+        raise missing("input")
+    if value is not None:
+        if type(value) is not str and type(value) is not list:
+            raise wrong_type("input", "a string or an array of input items", value)
+        d.items(value)
+    d.add_tools(b.get("tools"), "tools")
+
+    reasoning = opt_dict(b, "reasoning", "") or {}
+    effort = opt_str(reasoning, "effort", "reasoning")
+    if effort is not None:
+        one_of(effort, _EFFORTS, "reasoning.effort")
+    summary = opt_str(reasoning, "summary", "reasoning") or opt_str(
+        reasoning, "generate_summary", "reasoning"
+    )
+    if summary is not None:
+        one_of(summary, _SUMMARIES, "reasoning.summary")
+    verbosity, fmt = _text(b.get("text"))
+    include = str_list(b["include"], "include") if b.get("include") is not None else ()
+    cache_key = opt_str(b, "prompt_cache_key", "")
+    if cache_key is not None and len(cache_key) > 1024:
+        raise InvalidRequestError("must be at most 1024 characters", param="prompt_cache_key")
+    store_flag = opt_bool(b, "store", "")
+    parallel = opt_bool(b, "parallel_tool_calls", "")
+    truncation = opt_str(b, "truncation", "")
+    if truncation is not None:
+        one_of(truncation, ("auto", "disabled"), "truncation")
+    metadata = opt_dict(b, "metadata", "")
+    nvext = parse_nvext(b.get("nvext"))
+    if b.get("background"):
+        raise InvalidRequestError("background responses are not supported", param="background")
+    for key in ("conversation", "prompt"):
+        if b.get(key) is not None:
+            raise InvalidRequestError(f"{key} is not supported", param=key)
+    for key in b:
+        if key not in _KNOWN_FIELDS and key != "background" and b[key] is not None:
+            d.ignored.append(key)
+
+    tool_choice = _tool_choice(b.get("tool_choice"))
+    options = GenerationOptions(
+        model=model,
+        max_tokens=opt_int(b, "max_output_tokens", "", minimum=1),
+        temperature=opt_number(b, "temperature", "", minimum=0.0, maximum=2.0),
+        top_p=opt_number(b, "top_p", "", minimum=0.0, maximum=1.0),
+        stream=bool(opt_bool(b, "stream", "")),
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel is not False,
+        reasoning=ReasoningOptions(effort=effort, summary=summary),
+        response_format=fmt,
+        verbosity=verbosity,
+    )
+    text_echo: dict[str, Any] = {"format": {"type": "text"}, "verbosity": verbosity or "medium"}
+    if fmt is not None:
+        text_echo["format"] = b["text"]["format"]
+    echo: dict[str, Any] = {
+        "instructions": instructions,
+        "max_output_tokens": options.max_tokens,
+        "parallel_tool_calls": options.parallel_tool_calls,
+        "previous_response_id": previous,
+        "reasoning": {"effort": effort, "summary": summary},
+        "store": store_flag is not False,
+        "temperature": options.temperature,
+        "text": text_echo,
+        "tool_choice": b.get("tool_choice") if b.get("tool_choice") is not None else "auto",
+        "tools": b.get("tools") or [],
+        "top_p": options.top_p,
+        "truncation": truncation or "disabled",
+        "metadata": metadata or {},
+        "user": opt_str(b, "user", ""),
+        "prompt_cache_key": cache_key,
+    }
+    session = cache_key if cache_key is not None and is_valid_id(cache_key) else None
+    return ResponsesRequest(
+        api="responses",
+        conversation=Conversation(tuple(d.system), tuple(d.messages), tuple(d.tools)),
+        options=options,
+        identity=BodyIdentity(session, "prompt_cache_key" if session else None),
+        nvext=nvext,
+        ignored=tuple(d.ignored) + nvext.ignored,
+        store=store_flag is not False,
+        previous_response_id=previous,
+        include=include,
+        prompt_cache_key=cache_key,
+        instructions=instructions,
+        tool_kinds=d.tool_kinds,
+        echo=echo,
+    )

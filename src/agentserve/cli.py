@@ -44,14 +44,7 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
-# Request decoders for `render --api` and `drift --api`: "module:function" taking the parsed JSON body
-# and returning a Conversation. The API codecs add their entries as they land.
-REQUEST_DECODERS: dict[str, str] = {
-    "canonical": "agentserve.prompt.canonical:conversation_from_json",
-    "anthropic": "agentserve.api.anthropic:decode_request",
-    "chat": "agentserve.api.chat:decode_request",
-    "responses": "agentserve.api.responses:decode_request",
-}
+REQUEST_APIS = ("canonical", "anthropic", "chat", "responses")
 
 
 class _CliError(Exception):
@@ -59,27 +52,31 @@ class _CliError(Exception):
 
 
 def _decode_request(api: str, text: str) -> Conversation:
-    from importlib import import_module
-
-    from agentserve.conversation import Conversation
+    """A request body of `api` (canonical: agentserve's JSON form, docs/prompt.md) as a Conversation."""
+    from agentserve.api.anthropic import decode_messages
+    from agentserve.api.chat import decode_chat
+    from agentserve.api.errors import ApiError
+    from agentserve.api.responses import decode_responses
+    from agentserve.api.signing import Signer
+    from agentserve.prompt.canonical import conversation_from_json
     from agentserve.prompt.template import PromptError
 
     try:
         body = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _CliError(f"request body is not JSON: {exc}") from exc
-    module_name, _, function = REQUEST_DECODERS[api].partition(":")
     try:
-        decode = getattr(import_module(module_name), function)
-    except (ImportError, AttributeError):
-        raise _CliError(f"--api {api}: that API codec is not available in this build") from None
-    try:
-        conversation = decode(body)
+        if api == "anthropic":
+            return decode_messages(body).conversation
+        if api == "chat":
+            return decode_chat(body).conversation
+        if api == "responses":
+            return decode_responses(body, signer=Signer.random()).conversation
+        return conversation_from_json(body)
+    except ApiError as exc:
+        raise _CliError(f"invalid {api} request: {exc.message}") from exc
     except PromptError as exc:
         raise _CliError(str(exc)) from exc
-    if not isinstance(conversation, Conversation):
-        raise _CliError(f"--api {api}: the decoder did not return a Conversation")
-    return conversation
 
 
 def _pipeline(args: argparse.Namespace) -> PromptPipeline:
@@ -157,7 +154,7 @@ def _add_prompt_flags(p: argparse.ArgumentParser) -> None:
     add_config_flags(p, PromptConfig)
     p.add_argument(
         "--api",
-        choices=sorted(REQUEST_DECODERS),
+        choices=REQUEST_APIS,
         default="canonical",
         help="request body format (canonical: agentserve's JSON form of a Conversation, docs/prompt.md)",
     )

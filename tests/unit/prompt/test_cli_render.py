@@ -69,7 +69,7 @@ def test_render_options_change_the_prompt() -> None:
 def test_render_errors_are_clear_and_exit_2() -> None:
     assert "not JSON" in run("render", "--family", "qwen3", stdin="{").stderr
     result = run("render", "--family", "qwen3", "--api", "anthropic", stdin="{}")
-    assert result.returncode == 2 and "--api anthropic" in result.stderr
+    assert result.returncode == 2 and "invalid anthropic request" in result.stderr
     result = run("render", "--family", "qwen3", stdin='{"messages": [{"role": "x"}]}')
     assert result.returncode == 2 and "role" in result.stderr
 
@@ -88,3 +88,47 @@ def test_drift_reports_where_the_second_request_stops_extending_the_first(tmp_pa
     assert moved.returncode == 1
     assert report["drifted"] is True and report["before"].endswith("Today's date is 2026-01-")
     assert report["previous_after"].startswith("01") and report["prompt_after"].startswith("02")
+
+
+def claude_code_body(billing: str) -> dict[str, Any]:
+    """A Claude-Code-shaped Anthropic body: billing block first in `system`, tools, a tool loop."""
+    return {
+        "model": "m",
+        "max_tokens": 1024,
+        "system": [
+            {"type": "text", "text": billing},
+            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "tools": [{"name": "Bash", "description": "Run", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Run the tests."}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_01", "name": "Bash", "input": {"command": "pytest"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "ok"}],
+            },
+        ],
+    }
+
+
+def test_render_api_anthropic_decodes_real_bodies_and_strips_the_billing_block() -> None:
+    reports = []
+    for version in ("2.1.197.d49", "2.1.197.7f3"):
+        body = claude_code_body(f"x-anthropic-billing-header: cc_version={version}; cc_entrypoint=cli;")
+        result = run("render", "--family", "qwen3", "--api", "anthropic", "--tokens", stdin=json.dumps(body))
+        assert result.returncode == 0, result.stderr
+        reports.append(json.loads(result.stdout))
+    assert reports[0]["block_hashes"] == reports[1]["block_hashes"]
+    assert reports[0]["tokens"] == reports[1]["tokens"]
+    assert sum(reports[0]["stripped"].values()) == 1
+
+
+def test_render_api_errors_use_the_codec_message() -> None:
+    result = run("render", "--family", "qwen3", "--api", "chat", stdin=json.dumps({"messages": "nope"}))
+    assert result.returncode == 2
+    assert "invalid chat request" in result.stderr

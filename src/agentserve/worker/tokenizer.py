@@ -1,0 +1,95 @@
+"""The tokenizer the worker needs: text ↔ token ids, exact, special tokens kept.
+
+The worker only needs `encode` (output policies produce text) and `decode` (raw output text goes to
+the frontend's parser, markers and all, so nothing is skipped). `HFTokenizer` wraps a Hugging Face
+`tokenizers` file; `ByteTokenizer` (one token per UTF-8 byte) is the last-resort fallback when no
+tokenizer file is configured or embedded: exact on any text, no files, instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from tokenizers import Tokenizer as _HFTokenizer
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class HFTokenizer:
+    """A `tokenizers.Tokenizer`: no special tokens added on encode, none skipped on decode."""
+
+    def __init__(self, tokenizer: _HFTokenizer) -> None:
+        self._tok = tokenizer
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> HFTokenizer:
+        return cls(_HFTokenizer.from_file(str(path)))
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=False)
+
+
+class ByteTokenizer:
+    """One token per UTF-8 byte (ids 0–255)."""
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+EMBEDDED_TOKENIZER = Path(__file__).resolve().parent.parent / "data" / "tokenizer.json"
+
+
+def load_tokenizer(path: str | Path | None = None, model_path: str | Path | None = None) -> Tokenizer:
+    """`path` (a tokenizer.json), else `model_path`/tokenizer.json, else the embedded default
+    (`agentserve/data/tokenizer.json`), else bytes."""
+    if path is not None:
+        return HFTokenizer.from_file(path)
+    if model_path is not None:
+        candidate = Path(model_path)
+        candidate = candidate / "tokenizer.json" if candidate.is_dir() else candidate
+        if candidate.is_file():
+            return HFTokenizer.from_file(candidate)
+    if EMBEDDED_TOKENIZER.is_file():
+        return HFTokenizer.from_file(EMBEDDED_TOKENIZER)
+    return ByteTokenizer()
+
+
+def token_pieces(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """The text each token adds when streamed, so that the pieces join to `decode(ids)` exactly.
+
+    Decoding token by token breaks on tokens that carry part of a UTF-8 character or whose text
+    depends on their neighbours, so each token's text is the difference between decoding a short
+    window with and without it; a token that completes nothing yet gets "" and its text comes
+    with a later token.
+    """
+    pieces: list[str] = []
+    prefix = read = 0  # window start, and end of the tokens already turned into text
+    prefix_text = ""
+    for i in range(len(ids)):
+        text = tokenizer.decode(ids[prefix : i + 1])
+        if len(text) > len(prefix_text) and not text.endswith("\ufffd"):
+            pieces.append(text[len(prefix_text) :])
+            prefix, read = read, i + 1
+            prefix_text = tokenizer.decode(ids[prefix:read])
+        else:
+            pieces.append("")
+    if read < len(ids) and pieces:
+        pieces[-1] += tokenizer.decode(ids[prefix:])[len(prefix_text) :]
+    full = tokenizer.decode(ids)
+    if "".join(pieces) != full:
+        # A tokenizer whose windows disagree with the whole: correctness over smooth streaming.
+        pieces = [full] + [""] * (len(ids) - 1) if ids else []
+    return pieces

@@ -39,6 +39,19 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from agentserve.config import ConfigError, WorkerConfig, config_from_args
+
+    try:
+        config = config_from_args(WorkerConfig, args)
+        from agentserve.worker.main import run
+
+        return run(config)
+    except ConfigError as exc:
+        print(f"agentserve worker: {exc}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentserve import __version__
 
@@ -62,6 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-merge", action="store_true", help="print every event as the parser emitted it")
     p.set_defaults(handler=_cmd_parse)
+
+    from agentserve.config import WorkerConfig, add_config_flags
+
+    p = sub.add_parser(
+        "worker",
+        help="run a worker: an inference engine behind the generate API and KV events",
+        description="Serves an engine (sim: no GPU; trtllm: TensorRT-LLM) over HTTP (streaming "
+        "generate, /health, /ready, /metrics, /kv/snapshot) and publishes its KV events on a "
+        "ZeroMQ PUB socket. See docs/worker.md.",
+    )
+    add_config_flags(p, WorkerConfig)
+    p.set_defaults(handler=_cmd_worker)
     return parser
 
 

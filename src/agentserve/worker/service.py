@@ -1,0 +1,332 @@
+"""The worker's HTTP edge: streaming generate, health, readiness, metrics, KV snapshot.
+
+Routes:
+
+- `POST /generate` — body and frames in `agentserve.worker.wire`; the response framing follows the
+  `Accept` header. When the caller disconnects the engine request is aborted (unless
+  `request_abort` is off, then it runs to completion unread).
+- `GET /health` — the process is up (liveness). `GET /ready` — the model is loaded (503 before).
+- `GET /metrics` — Prometheus text: running/waiting requests, KV usage, prefix hit rate, tokens/s.
+- `GET /kv/snapshot` — every stored block hash and the sequence number it reflects, for a KV event
+  subscriber that saw a gap. `GET /load` — the engine's load as JSON. `GET /info` — model, engine,
+  block size and the KV events endpoint.
+
+Errors are JSON `{"error": {"type", "message"}}` with a 4xx/5xx status; no traceback leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, replace
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
+
+from agentserve.worker.engine import (
+    DuplicateRequestError,
+    Engine,
+    EngineError,
+    EngineNotReadyError,
+    InvalidRequestError,
+    StepStream,
+)
+from agentserve.worker.publisher import KvEventPublisher
+from agentserve.worker.wire import (
+    MEDIA_TYPES,
+    Framing,
+    WireError,
+    decode_body,
+    decode_request,
+    encode_frame,
+    error_frame,
+    framing_for_accept,
+    step_to_frame,
+)
+
+log = logging.getLogger("agentserve.worker")
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def error_response(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
+
+
+class _StepResponse(Response):
+    """Streams one request's steps as frames; aborts the engine request if the caller leaves."""
+
+    def __init__(self, stream: StepStream, framing: Framing, request_id: str, abort: bool) -> None:
+        self.stream = stream
+        self.framing = framing
+        self.abort_on_disconnect = abort
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [
+            (b"content-type", MEDIA_TYPES[framing].encode()),
+            (b"cache-control", b"no-store"),
+            (b"x-request-id", request_id.encode()),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream, framing = self.stream, self.framing
+        gone = asyncio.Event()
+        watcher = asyncio.ensure_future(self._watch(receive, gone))
+        finished = False
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            try:
+                async for step in stream:
+                    if gone.is_set():
+                        break
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": encode_frame(framing, step_to_frame(step)),
+                            "more_body": True,
+                        }
+                    )
+                    if step.finish_reason is not None:
+                        finished = True
+            except EngineError as exc:
+                finished = True
+                frame = encode_frame(framing, error_frame("engine_error", str(exc)))
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+            if not finished:
+                await self._give_up()
+
+    async def _watch(self, receive: Receive, gone: asyncio.Event) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+                await self._give_up()
+                return
+
+    async def _give_up(self) -> None:
+        if self.abort_on_disconnect:
+            await self.stream.aclose()
+        else:
+            task = asyncio.ensure_future(_drain(self.stream))
+            _draining.add(task)  # keep a reference until done (the loop holds only weak ones)
+            task.add_done_callback(_draining.discard)
+
+
+_draining: set[asyncio.Future[None]] = set()
+
+
+async def _drain(stream: StepStream) -> None:
+    with contextlib.suppress(EngineError):
+        async for _ in stream:
+            pass
+
+
+class _EngineCollector(Collector):
+    def __init__(self, engine: Engine, model: str, publisher: KvEventPublisher | None, rate: _Rate) -> None:
+        self.engine = engine
+        self.model = model
+        self.publisher = publisher
+        self.rate = rate
+
+    def collect(self) -> Iterator[Metric]:
+        load = self.engine.load()
+        labels = ["model"]
+        values = [self.model]
+        p = "agentserve_worker_"
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(p + name, doc, labels=labels)
+            g.add_metric(values, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(p + name, doc, labels=labels)
+            c.add_metric(values, value)
+            return c
+
+        yield gauge("requests_running", "Requests in the running batch", load.running)
+        yield gauge("requests_waiting", "Requests waiting for admission", load.waiting)
+        yield gauge("kv_blocks_used", "KV blocks referenced by running requests", load.kv_blocks_used)
+        yield gauge("kv_blocks_total", "KV blocks in the cache", load.kv_blocks_total)
+        yield gauge("kv_blocks_cached", "Free KV blocks holding a reusable prefix", load.kv_blocks_cached)
+        yield gauge("kv_usage_ratio", "Used KV blocks / total KV blocks", load.kv_usage)
+        yield gauge("prefix_cache_hit_rate", "Cached prompt tokens / prompt tokens", load.prefix_hit_rate)
+        yield gauge(
+            "generation_tokens_per_second", "Output tokens per second (last interval)", self.rate.value
+        )
+        yield counter("prompt_tokens", "Prompt tokens received", load.prompt_tokens)
+        yield counter(
+            "cached_prompt_tokens", "Prompt tokens served from the KV cache", load.cached_prompt_tokens
+        )
+        yield counter("generation_tokens", "Output tokens generated", load.generated_tokens)
+        yield counter("requests_finished", "Requests that ran to completion", load.requests_finished)
+        yield counter(
+            "requests_aborted", "Requests aborted (caller gone or engine stop)", load.requests_aborted
+        )
+        yield counter("preemptions", "Requests preempted for KV space", load.preemptions)
+        if self.publisher is not None:
+            yield counter("kv_events_published", "KV events published", self.publisher.events_published)
+
+
+class _Rate:
+    """Output tokens per second over the last sampling interval."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self._last: tuple[float, int] | None = None
+
+    def sample(self, now: float, total: int) -> None:
+        if self._last is not None and now > self._last[0]:
+            self.value = (total - self._last[1]) / (now - self._last[0])
+        self._last = (now, total)
+
+
+def create_app(
+    engine: Engine,
+    *,
+    model: str = "agentserve-sim",
+    engine_name: str = "sim",
+    publisher: KvEventPublisher | None = None,
+    request_abort: bool = True,
+    rate_interval_s: float = 1.0,
+) -> FastAPI:
+    """The worker app; its lifespan starts the engine (in the background: /health answers while a
+    real model loads) and the KV event publisher, and stops both."""
+    registry = CollectorRegistry(auto_describe=True)
+    rate = _Rate()
+    registry.register(_EngineCollector(engine, model, publisher, rate))
+    start_error: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tasks: list[asyncio.Task[None]] = []
+        if publisher is not None:
+            # Subscribe before starting so the engine's first event (`cleared`) goes out too.
+            tasks.append(asyncio.create_task(publisher.run(engine.kv_events()), name="kv-publisher"))
+
+        async def start() -> None:
+            try:
+                await engine.start()
+            except Exception as exc:
+                start_error.append(f"{type(exc).__name__}: {exc}")
+                log.exception("engine failed to start")
+
+        async def sample() -> None:
+            while True:
+                rate.sample(time.monotonic(), engine.load().generated_tokens)
+                await asyncio.sleep(rate_interval_s)
+
+        tasks.append(asyncio.create_task(start(), name="engine-start"))
+        tasks.append(asyncio.create_task(sample(), name="rate-sampler"))
+        try:
+            yield
+        finally:
+            await engine.stop()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if publisher is not None:
+                publisher.close()
+
+    app = FastAPI(
+        title="agentserve worker", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kinds = {404: "not_found", 405: "method_not_allowed"}
+        return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(400, "invalid_request", str(exc))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", "internal error")
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        if not engine.ready:
+            return error_response(503, "not_ready", start_error[0] if start_error else "the model is loading")
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return error_response(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                return error_response(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
+        try:
+            req = decode_request(decode_body(request.headers.get("content-type"), bytes(body)))
+        except WireError as exc:
+            return error_response(400, "invalid_request", str(exc))
+        if not req.request_id:
+            req = replace(req, request_id=uuid.uuid4().hex)
+        framing = framing_for_accept(request.headers.get("accept"))
+        try:
+            stream = engine.generate(req)
+        except InvalidRequestError as exc:
+            return error_response(400, "invalid_request", str(exc))
+        except DuplicateRequestError as exc:
+            return error_response(409, "duplicate_request", str(exc))
+        except EngineNotReadyError as exc:
+            return error_response(503, "not_ready", str(exc))
+        except EngineError as exc:
+            return error_response(500, "engine_error", str(exc))
+        return _StepResponse(stream, framing, req.request_id, request_abort)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        if engine.ready:
+            return JSONResponse({"status": "ready"})
+        if start_error:
+            return error_response(503, "engine_failed", start_error[0])
+        return error_response(503, "not_ready", "the model is loading")
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/kv/snapshot")
+    async def kv_snapshot() -> dict[str, Any]:
+        snap = engine.kv_snapshot()
+        return {"seq": snap.seq, "block_size": snap.block_size, "block_hashes": list(snap.block_hashes)}
+
+    @app.get("/load")
+    async def load() -> dict[str, Any]:
+        return asdict(engine.load())
+
+    @app.get("/info")
+    async def info() -> dict[str, Any]:
+        return {
+            "model": model,
+            "engine": engine_name,
+            "block_size": engine.block_size,
+            "kv_events_endpoint": publisher.endpoint if publisher is not None else None,
+            "kv_events_topic": publisher.topic.decode() if publisher is not None else None,
+        }
+
+    return app

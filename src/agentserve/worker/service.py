@@ -24,15 +24,15 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, replace
-from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from agentserve.worker.engine import (
@@ -204,7 +204,7 @@ def create_app(
     publisher: KvEventPublisher | None = None,
     request_abort: bool = True,
     rate_interval_s: float = 1.0,
-) -> FastAPI:
+) -> Starlette:
     """The worker app; its lifespan starts the engine (in the background: /health answers while a
     real model loads) and the KV event publisher, and stops both."""
     registry = CollectorRegistry(auto_describe=True)
@@ -213,7 +213,7 @@ def create_app(
     start_error: list[str] = []
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         tasks: list[asyncio.Task[None]] = []
         if publisher is not None:
             # Subscribe before starting so the engine's first event (`cleared`) goes out too.
@@ -245,25 +245,15 @@ def create_app(
             if publisher is not None:
                 publisher.close()
 
-    app = FastAPI(
-        title="agentserve worker", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
-    )
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
         kinds = {404: "not_found", 405: "method_not_allowed"}
         return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail))
 
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(400, "invalid_request", str(exc))
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    async def internal_error(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error")
         return error_response(500, "internal_error", "internal error")
 
-    @app.post("/generate")
     async def generate(request: Request) -> Response:
         if not engine.ready:
             return error_response(503, "not_ready", start_error[0] if start_error else "the model is loading")
@@ -294,39 +284,49 @@ def create_app(
             return error_response(500, "engine_error", str(exc))
         return _StepResponse(stream, framing, req.request_id, request_abort)
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
 
-    @app.get("/ready")
-    async def ready() -> JSONResponse:
+    async def ready(request: Request) -> Response:
         if engine.ready:
             return JSONResponse({"status": "ready"})
         if start_error:
             return error_response(503, "engine_failed", start_error[0])
         return error_response(503, "not_ready", "the model is loading")
 
-    @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/kv/snapshot")
-    async def kv_snapshot() -> dict[str, Any]:
+    async def kv_snapshot(request: Request) -> Response:
         snap = engine.kv_snapshot()
-        return {"seq": snap.seq, "block_size": snap.block_size, "block_hashes": list(snap.block_hashes)}
+        return JSONResponse(
+            {"seq": snap.seq, "block_size": snap.block_size, "block_hashes": list(snap.block_hashes)}
+        )
 
-    @app.get("/load")
-    async def load() -> dict[str, Any]:
-        return asdict(engine.load())
+    async def load(request: Request) -> Response:
+        return JSONResponse(asdict(engine.load()))
 
-    @app.get("/info")
-    async def info() -> dict[str, Any]:
-        return {
-            "model": model,
-            "engine": engine_name,
-            "block_size": engine.block_size,
-            "kv_events_endpoint": publisher.endpoint if publisher is not None else None,
-            "kv_events_topic": publisher.topic.decode() if publisher is not None else None,
-        }
+    async def info(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "model": model,
+                "engine": engine_name,
+                "block_size": engine.block_size,
+                "kv_events_endpoint": publisher.endpoint if publisher is not None else None,
+                "kv_events_topic": publisher.topic.decode() if publisher is not None else None,
+            }
+        )
 
-    return app
+    return Starlette(
+        routes=[
+            Route("/generate", generate, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/ready", ready, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/kv/snapshot", kv_snapshot, methods=["GET"]),
+            Route("/load", load, methods=["GET"]),
+            Route("/info", info, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+        lifespan=lifespan,
+    )

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Literal
 
-import httpx
 import msgpack
 
 from agentserve.worker.engine import (
@@ -27,6 +26,7 @@ from agentserve.worker.engine import (
     Load,
     Step,
 )
+from agentserve.worker.http1 import Http1Pool, Http1Response, HttpConnectionError
 from agentserve.worker.wire import (
     DEFAULT_FRAMING,
     MEDIA_TYPES,
@@ -87,9 +87,8 @@ def merge_steps(steps: Sequence[Step]) -> Step:
 class RemoteStepStream:
     """The steps of one request on a worker (see the module docstring)."""
 
-    def __init__(self, response: httpx.Response, decoder: FrameDecoder) -> None:
+    def __init__(self, response: Http1Response, decoder: FrameDecoder) -> None:
         self._response = response
-        self._chunks = response.aiter_raw()
         self._decoder = decoder
         self._done = False
 
@@ -99,13 +98,13 @@ class RemoteStepStream:
     async def __anext__(self) -> Step:
         while not self._done:
             try:
-                chunk = await self._chunks.__anext__()
-            except StopAsyncIteration:
-                await self.aclose()
-                raise EngineError("the worker closed the stream before the last step") from None
-            except httpx.HTTPError as exc:
+                chunk = await self._response.read_some()
+            except HttpConnectionError as exc:
                 await self.aclose()
                 raise WorkerError(None, "connection_error", str(exc)) from exc
+            if chunk is None:
+                await self.aclose()
+                raise EngineError("the worker closed the stream before the last step")
             frames = self._decoder.feed(chunk)
             if not frames:
                 continue
@@ -123,7 +122,7 @@ class RemoteStepStream:
     async def aclose(self) -> None:
         if not self._done:
             self._done = True
-            await self._response.aclose()
+            self._response.close()
 
     async def __aenter__(self) -> RemoteStepStream:
         return self
@@ -141,17 +140,26 @@ class WorkerClient:
         *,
         framing: Framing = DEFAULT_FRAMING,
         body: Literal["json", "msgpack"] = "msgpack",
-        max_connections: int = 1024,
         connect_timeout_s: float = 5.0,
-        client: httpx.AsyncClient | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.framing: Framing = framing
         self.body = body
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        self._pool = Http1Pool(self.base_url, connect_timeout_s=connect_timeout_s)
+
+    async def _request(
+        self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
+    ) -> Http1Response:
+        try:
+            return await self._pool.request(method, path, headers=headers, body=body)
+        except HttpConnectionError as exc:
+            raise WorkerError(None, "connection_error", str(exc)) from exc
+
+    async def _read(self, response: Http1Response) -> bytes:
+        try:
+            return await response.read()
+        except HttpConnectionError as exc:
+            raise WorkerError(None, "connection_error", str(exc)) from exc
 
     async def generate(self, request: GenerateRequest) -> RemoteStepStream:
         payload = encode_request(request)
@@ -159,45 +167,33 @@ class WorkerClient:
             content, ctype = msgpack.packb(payload), "application/x-msgpack"
         else:
             content, ctype = json.dumps(payload).encode(), "application/json"
-        http_request = self._client.build_request(
-            "POST",
-            self.base_url + "/generate",
-            content=content,
-            headers={"content-type": ctype, "accept": MEDIA_TYPES[self.framing]},
-        )
-        try:
-            response = await self._client.send(http_request, stream=True)
-        except httpx.HTTPError as exc:
-            raise WorkerError(None, "connection_error", str(exc)) from exc
-        if response.status_code != 200:
-            body = await response.aread()
-            await response.aclose()
-            raise _error_for(response.status_code, body)
+        headers = {"content-type": ctype, "accept": MEDIA_TYPES[self.framing]}
+        response = await self._request("POST", "/generate", headers, content)
+        if response.status != 200:
+            raise _error_for(response.status, await self._read(response))
         return RemoteStepStream(response, frame_decoder(self.framing))
 
-    async def _get(self, path: str) -> httpx.Response:
-        try:
-            return await self._client.get(self.base_url + path)
-        except httpx.HTTPError as exc:
-            raise WorkerError(None, "connection_error", str(exc)) from exc
+    async def _get(self, path: str) -> tuple[int, bytes]:
+        response = await self._request("GET", path)
+        return response.status, await self._read(response)
 
     async def _json(self, path: str) -> Any:
-        response = await self._get(path)
-        if response.status_code != 200:
-            raise _error_for(response.status_code, response.content)
-        return response.json()
+        status, body = await self._get(path)
+        if status != 200:
+            raise _error_for(status, body)
+        return json.loads(body)
 
     async def health(self) -> bool:
         """The worker process answers (liveness)."""
         try:
-            return (await self._get("/health")).status_code == 200
+            return (await self._get("/health"))[0] == 200
         except WorkerError:
             return False
 
     async def ready(self) -> bool:
         """The worker's model is loaded."""
         try:
-            return (await self._get("/ready")).status_code == 200
+            return (await self._get("/ready"))[0] == 200
         except WorkerError:
             return False
 
@@ -213,7 +209,7 @@ class WorkerClient:
         return dict(data)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._pool.aclose()
 
     async def __aenter__(self) -> WorkerClient:
         return self

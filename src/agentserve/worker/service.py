@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentserve.worker.engine import (
     DuplicateRequestError,
@@ -65,66 +65,56 @@ def error_response(status: int, kind: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
 
 
-class _StepResponse(Response):
-    """Streams one request's steps as frames; aborts the engine request if the caller leaves."""
+async def _stream_steps(
+    stream: StepStream, framing: Framing, request_id: str, *, abort: bool, receive: Receive, send: Send
+) -> None:
+    """Send one request's steps as frames; abort the engine request if the caller leaves."""
+    finished = False
+    gone = False
 
-    def __init__(self, stream: StepStream, framing: Framing, request_id: str, abort: bool) -> None:
-        self.stream = stream
-        self.framing = framing
-        self.abort_on_disconnect = abort
-        self.status_code = 200
-        self.background = None
-        self.raw_headers = [
-            (b"content-type", MEDIA_TYPES[framing].encode()),
-            (b"cache-control", b"no-store"),
-            (b"x-request-id", request_id.encode()),
-        ]
+    async def give_up() -> None:
+        if abort:
+            await stream.aclose()
+        else:
+            task = asyncio.ensure_future(_drain(stream))
+            _draining.add(task)  # keep a reference until done (the loop holds only weak ones)
+            task.add_done_callback(_draining.discard)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        stream, framing = self.stream, self.framing
-        gone = asyncio.Event()
-        watcher = asyncio.ensure_future(self._watch(receive, gone))
-        finished = False
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            try:
-                async for step in stream:
-                    if gone.is_set():
-                        break
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": encode_frame(framing, step_to_frame(step)),
-                            "more_body": True,
-                        }
-                    )
-                    if step.finish_reason is not None:
-                        finished = True
-            except EngineError as exc:
-                finished = True
-                frame = encode_frame(framing, error_frame("engine_error", str(exc)))
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            watcher.cancel()
-            if not finished:
-                await self._give_up()
-
-    async def _watch(self, receive: Receive, gone: asyncio.Event) -> None:
+    async def watch() -> None:
+        nonlocal gone
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                gone.set()
-                await self._give_up()
+                gone = True
+                if not finished:
+                    await give_up()
                 return
 
-    async def _give_up(self) -> None:
-        if self.abort_on_disconnect:
-            await self.stream.aclose()
-        else:
-            task = asyncio.ensure_future(_drain(self.stream))
-            _draining.add(task)  # keep a reference until done (the loop holds only weak ones)
-            task.add_done_callback(_draining.discard)
+    watcher = asyncio.ensure_future(watch())
+    headers = [
+        (b"content-type", MEDIA_TYPES[framing].encode()),
+        (b"cache-control", b"no-store"),
+        (b"x-request-id", request_id.encode()),
+    ]
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        try:
+            async for step in stream:
+                if gone:
+                    break
+                if step.finish_reason is not None:
+                    finished = True
+                body = encode_frame(framing, step_to_frame(step))
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        except EngineError as exc:
+            finished = True
+            frame = encode_frame(framing, error_frame("engine_error", str(exc)))
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        watcher.cancel()
+        if not finished and not gone:
+            await give_up()
 
 
 _draining: set[asyncio.Future[None]] = set()
@@ -204,7 +194,7 @@ def create_app(
     publisher: KvEventPublisher | None = None,
     request_abort: bool = True,
     rate_interval_s: float = 1.0,
-) -> Starlette:
+) -> ASGIApp:
     """The worker app; its lifespan starts the engine (in the background: /health answers while a
     real model loads) and the KV event publisher, and stops both."""
     registry = CollectorRegistry(auto_describe=True)
@@ -254,24 +244,36 @@ def create_app(
         log.exception("unhandled error")
         return error_response(500, "internal_error", "internal error")
 
-    async def generate(request: Request) -> Response:
+    async def generate(scope: Scope, receive: Receive, send: Send) -> None:
+        """POST /generate, as raw ASGI: the hot path skips the framework's per-message wrappers."""
+        response = await _generate(scope, receive, send)
+        if response is not None:
+            await response(scope, receive, send)
+
+    async def _generate(scope: Scope, receive: Receive, send: Send) -> Response | None:
         if not engine.ready:
             return error_response(503, "not_ready", start_error[0] if start_error else "the model is loading")
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
             return error_response(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
             if len(body) > MAX_BODY_BYTES:
                 return error_response(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
+            if not message.get("more_body", False):
+                break
         try:
-            req = decode_request(decode_body(request.headers.get("content-type"), bytes(body)))
+            req = decode_request(decode_body(headers.get("content-type"), bytes(body)))
         except WireError as exc:
             return error_response(400, "invalid_request", str(exc))
         if not req.request_id:
             req = replace(req, request_id=uuid.uuid4().hex)
-        framing = framing_for_accept(request.headers.get("accept"))
+        framing = framing_for_accept(headers.get("accept"))
         try:
             stream = engine.generate(req)
         except InvalidRequestError as exc:
@@ -282,7 +284,8 @@ def create_app(
             return error_response(503, "not_ready", str(exc))
         except EngineError as exc:
             return error_response(500, "engine_error", str(exc))
-        return _StepResponse(stream, framing, req.request_id, request_abort)
+        await _stream_steps(stream, framing, req.request_id, abort=request_abort, receive=receive, send=send)
+        return None
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -317,9 +320,12 @@ def create_app(
             }
         )
 
-    return Starlette(
+    async def generate_other(request: Request) -> Response:
+        return error_response(405, "method_not_allowed", "use POST")
+
+    app = Starlette(
         routes=[
-            Route("/generate", generate, methods=["POST"]),
+            Route("/generate", generate_other, methods=["GET", "PUT", "DELETE", "PATCH"]),
             Route("/health", health, methods=["GET"]),
             Route("/ready", ready, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
@@ -330,3 +336,16 @@ def create_app(
         exception_handlers={HTTPException: http_error, Exception: internal_error},
         lifespan=lifespan,
     )
+
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/generate" and scope["method"] == "POST":
+            try:
+                await generate(scope, receive, send)
+            except Exception:  # never a traceback to the caller; a 500 if nothing was sent yet
+                log.exception("generate failed")
+                with contextlib.suppress(Exception):
+                    await error_response(500, "internal_error", "internal error")(scope, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return asgi

@@ -46,7 +46,12 @@ class ByteTokenizer:
         return list(text.encode("utf-8"))
 
     def decode(self, ids: Sequence[int]) -> str:
-        return bytes(ids).decode("utf-8", errors="replace")
+        try:
+            return bytes(ids).decode("utf-8", errors="replace")
+        except ValueError:  # ids from another tokenizer's vocabulary: not bytes
+            return "".join(
+                bytes([i]).decode("utf-8", errors="replace") if 0 <= i < 256 else "\ufffd" for i in ids
+            )
 
 
 EMBEDDED_TOKENIZER = Path(__file__).resolve().parent.parent / "data" / "tokenizer.json"

@@ -163,3 +163,7 @@ def test_scripted_tool_call_parses_as_a_dispatched_call() -> None:
         ToolCallStart,
         ToolCallEnd,
     ]
+
+
+def test_byte_tokenizer_decodes_foreign_ids_without_failing() -> None:
+    assert ByteTokenizer().decode([300, 104, 105]) == "\ufffdhi"

@@ -6,9 +6,10 @@ each iteration's simulated duration divided by `speedup`, hands tokens to reques
 events to subscribers.
 
 With `speedup` 0 or infinity iterations take no simulated time (benchmarks, tests). The loop then
-runs iterations back to back and yields to the event loop every `ZERO_TIME_SLICE_S`, as a real
-engine runs beside the serving loop rather than in lockstep with it: consumers that lag receive
-merged steps (several tokens at once), exactly as with TensorRT-LLM's `token_ids_diff`.
+runs iterations back to back and yields to the event loop every `zero_time_slice_s` (5 ms), as a
+real engine runs beside the serving loop (on its GPU, in its own process) rather than in lockstep
+with it: consumers that lag receive merged steps (several tokens at once), exactly as with
+TensorRT-LLM's `token_ids_diff`.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence,
 from agentserve.worker.timing import DEFAULT_TIMING, TimingModel
 from agentserve.worker.tokenizer import ByteTokenizer, Tokenizer, token_pieces
 
-ZERO_TIME_SLICE_S = 1e-3
-
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
@@ -50,6 +49,7 @@ class SimConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     timing: TimingModel = DEFAULT_TIMING
     speedup: float = 1.0  # simulated seconds per real second; 0 or inf: no waiting
+    zero_time_slice_s: float = 5e-3  # with no waiting: run iterations this long between yields
 
     @property
     def zero_time(self) -> bool:
@@ -282,6 +282,7 @@ class SimEngine:
         loop = asyncio.get_running_loop()
         zero_time = self.config.zero_time
         timing, speedup = self.config.timing, self.config.speedup
+        slice_s = self.config.zero_time_slice_s
         clock = slice_start = loop.time()
         while True:
             if not self.scheduler.has_work:
@@ -293,7 +294,7 @@ class SimEngine:
             if zero_time:
                 self._deliver(outcome)
                 now = loop.time()
-                if now - slice_start >= ZERO_TIME_SLICE_S:
+                if now - slice_start >= slice_s:
                     await asyncio.sleep(0)
                     slice_start = loop.time()
             else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -49,8 +50,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports do not subclass asyncio.Transport but have its methods.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.got_bytes = True

@@ -72,29 +72,33 @@ def load_tokenizer(path: str | Path | None = None, model_path: str | Path | None
     return ByteTokenizer()
 
 
-def token_pieces(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
-    """The text each token adds when streamed, so that the pieces join to `decode(ids)` exactly.
+def token_pieces(tokenizer: Tokenizer, ids: Sequence[int], max_window: int = 32) -> list[str]:
+    """The text each token adds when streamed; the pieces join to `decode(ids)` exactly.
 
     Decoding token by token breaks on tokens that carry part of a UTF-8 character or whose text
-    depends on their neighbours, so each token's text is the difference between decoding a short
-    window with and without it; a token that completes nothing yet gets "" and its text comes
-    with a later token.
+    depends on their neighbours, so a token's text is the difference between decoding a short
+    window with and without it (the window starts one emitted token back, for context). A
+    difference is emitted only where it agrees with the whole decoded text; a token that completes
+    nothing yet gets "" and its text comes with a later token. Pieces are cut from the whole text,
+    so joining them gives it back by construction.
     """
+    full = tokenizer.decode(ids)
     pieces: list[str] = []
     prefix = read = 0  # window start, and end of the tokens already turned into text
     prefix_text = ""
+    emitted = 0
     for i in range(len(ids)):
-        text = tokenizer.decode(ids[prefix : i + 1])
-        if len(text) > len(prefix_text) and not text.endswith("\ufffd"):
-            pieces.append(text[len(prefix_text) :])
+        if i + 1 - prefix > max_window:  # no agreement for too long: the rest comes at the end
+            pieces.append("")
+            continue
+        delta = tokenizer.decode(ids[prefix : i + 1])[len(prefix_text) :]
+        if delta and full.startswith(delta, emitted):
+            pieces.append(delta)
+            emitted += len(delta)
             prefix, read = read, i + 1
             prefix_text = tokenizer.decode(ids[prefix:read])
         else:
             pieces.append("")
-    if read < len(ids) and pieces:
-        pieces[-1] += tokenizer.decode(ids[prefix:])[len(prefix_text) :]
-    full = tokenizer.decode(ids)
-    if "".join(pieces) != full:
-        # A tokenizer whose windows disagree with the whole: correctness over smooth streaming.
-        pieces = [full] + [""] * (len(ids) - 1) if ids else []
+    if pieces and emitted < len(full):
+        pieces[-1] += full[emitted:]
     return pieces

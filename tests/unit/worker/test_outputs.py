@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,29 @@ def test_scripted_tool_call_parses_as_a_dispatched_call() -> None:
 
 def test_byte_tokenizer_decodes_foreign_ids_without_failing() -> None:
     assert ByteTokenizer().decode([300, 104, 105]) == "\ufffdhi"
+
+
+def test_replacement_characters_in_the_text_stream_smoothly_and_exactly() -> None:
+    tok = ByteTokenizer()
+    text = "a\ufffdb" * 200
+    pieces = token_pieces(tok, tok.encode(text))
+    assert "".join(pieces) == text
+    assert sum(1 for p in pieces if p) > 300  # not held back to the end
+
+
+def test_token_pieces_give_up_on_smooth_streaming_without_quadratic_work() -> None:
+    class Odd:
+        """Decodes every window to something the whole text never contains."""
+
+        calls = 0
+
+        def encode(self, text: str) -> list[int]:
+            return list(range(len(text)))
+
+        def decode(self, ids: Sequence[int]) -> str:
+            Odd.calls += 1
+            return "whole" if len(ids) == 500 else "#" * len(ids)
+
+    pieces = token_pieces(Odd(), list(range(500)))
+    assert "".join(pieces) == "whole"
+    assert Odd.calls < 100

@@ -58,7 +58,10 @@ def build_engine(config: WorkerConfig) -> Engine:
         block_size=config.block_size,
         hash_seed=config.hash_seed,
         scheduler=SchedulerConfig(
-            config.max_batch_size, config.max_num_tokens, config.enable_chunked_prefill
+            max_batch_size=config.max_batch_size,
+            max_num_tokens=config.max_num_tokens,
+            chunked_prefill=config.enable_chunked_prefill,
+            prefix_caching=config.enable_block_reuse,
         ),
         speedup=config.sim_speedup,
     )

@@ -35,6 +35,7 @@ class SchedulerConfig:
     max_batch_size: int = 256
     max_num_tokens: int = 8192
     chunked_prefill: bool = True
+    prefix_caching: bool = True  # off: blocks stay private to their sequence, nothing is reused
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_num_tokens < 1:
@@ -202,7 +203,7 @@ class Scheduler:
                 prefill.append((seq.computed, n))
             seq.computed += n
             full = seq.computed // bs
-            if full > seq.held:
+            if full > seq.held and self.config.prefix_caching:
                 self._ensure_hashes(seq, full)
                 parent = seq.hashes[seq.held - 1] if seq.held else None
                 self.pool.commit(seq.hashes[seq.held : full], parent)
@@ -229,7 +230,7 @@ class Scheduler:
         """Reserve blocks for a waiting sequence's first chunk; tokens scheduled (0: not now)."""
         total = len(seq.tokens)
         self._ensure_hashes(seq, total // self.block_size)
-        hits = self.pool.match(seq.hashes)
+        hits = self.pool.match(seq.hashes) if self.config.prefix_caching else 0
         # At least one token is computed to produce logits, even on a full hit.
         computed = min(hits * self.block_size, total - 1)
         n = min(total - computed, budget)

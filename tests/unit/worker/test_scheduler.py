@@ -196,3 +196,16 @@ def test_empty_output_finishes_after_prefill() -> None:
     outcomes = run(sched)
     assert finished(outcomes) == {"a": "stop"}
     assert s.emitted == 0
+
+
+def test_without_prefix_caching_nothing_is_reused_or_announced() -> None:
+    pool = KvPool(64, BS)
+    sched = Scheduler(pool, SchedulerConfig(8, 64, prefix_caching=False))
+    sched.add(seq("a", PROMPT, out=2 * BS))
+    outcomes = run(sched)
+    b = seq("b", PROMPT)
+    sched.add(b)
+    outcomes += run(sched)
+    assert b.cached_tokens == 0
+    assert [e for o in outcomes for e in o.events] == []
+    assert pool.used == 0 and pool.cached_free == 0

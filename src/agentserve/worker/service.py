@@ -68,17 +68,10 @@ def error_response(status: int, kind: str, message: str) -> JSONResponse:
 async def _stream_steps(
     stream: StepStream, framing: Framing, request_id: str, *, abort: bool, receive: Receive, send: Send
 ) -> None:
-    """Send one request's steps as frames; abort the engine request if the caller leaves."""
+    """Send one request's steps as frames. If the caller leaves, abort the engine request, or with
+    `abort` off keep consuming it unsent until it finishes (one consumer per stream, always)."""
     finished = False
     gone = False
-
-    async def give_up() -> None:
-        if abort:
-            await stream.aclose()
-        else:
-            task = asyncio.ensure_future(_drain(stream))
-            _draining.add(task)  # keep a reference until done (the loop holds only weak ones)
-            task.add_done_callback(_draining.discard)
 
     async def watch() -> None:
         nonlocal gone
@@ -86,8 +79,8 @@ async def _stream_steps(
             message = await receive()
             if message["type"] == "http.disconnect":
                 gone = True
-                if not finished:
-                    await give_up()
+                if abort and not finished:
+                    await stream.aclose()  # wakes the loop below with the end of the stream
                 return
 
     watcher = asyncio.ensure_future(watch())
@@ -100,10 +93,10 @@ async def _stream_steps(
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         try:
             async for step in stream:
-                if gone:
-                    break
                 if step.finish_reason is not None:
                     finished = True
+                if gone:
+                    continue
                 body = encode_frame(framing, step_to_frame(step))
                 await send({"type": "http.response.body", "body": body, "more_body": True})
         except EngineError as exc:
@@ -113,17 +106,8 @@ async def _stream_steps(
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     finally:
         watcher.cancel()
-        if not finished and not gone:
-            await give_up()
-
-
-_draining: set[asyncio.Future[None]] = set()
-
-
-async def _drain(stream: StepStream) -> None:
-    with contextlib.suppress(EngineError):
-        async for _ in stream:
-            pass
+        if not finished and abort:
+            await stream.aclose()
 
 
 class _EngineCollector(Collector):

@@ -47,6 +47,11 @@ def req(rid: str, prompt: list[int] = PROMPT, max_tokens: int = 200, **kw: objec
     return GenerateRequest(rid, prompt, SamplingParams(max_tokens=max_tokens, **kw), hints=HINTS)  # type: ignore[arg-type]
 
 
+def asgi_tasks() -> list[asyncio.Task[object]]:
+    """uvicorn's per-request handler tasks still running in this loop."""
+    return [t for t in asyncio.all_tasks() if "run_asgi" in repr(t.get_coro()) and not t.done()]
+
+
 async def steps_of(client: WorkerClient, request: GenerateRequest) -> list[Step]:
     stream = await client.generate(request)
     return [s async for s in stream]
@@ -100,6 +105,11 @@ async def test_caller_disconnect_aborts_the_engine_request(tokenizer: HFTokenize
             await asyncio.sleep(0.01)
         load = engine.load()
         assert (load.running, load.kv_blocks_used, load.requests_aborted) == (0, 0, 1)
+        for _ in range(100):
+            if not asgi_tasks():
+                break
+            await asyncio.sleep(0.01)
+        assert not asgi_tasks()
 
 
 async def test_disconnect_of_a_queued_request_aborts_it_too(tokenizer: HFTokenizer) -> None:
@@ -135,6 +145,12 @@ async def test_without_request_abort_the_engine_finishes_unread_requests(tokeniz
                 break
             await asyncio.sleep(0.01)
         assert engine.load().requests_finished == 1 and engine.load().requests_aborted == 0
+        # The server's handler drained the stream and ended (no handler left waiting forever).
+        for _ in range(100):
+            if not asgi_tasks():
+                break
+            await asyncio.sleep(0.01)
+        assert not asgi_tasks()
 
 
 async def test_bad_requests_get_json_errors_with_the_right_status(tokenizer: HFTokenizer) -> None:

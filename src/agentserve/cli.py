@@ -207,6 +207,19 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from agentserve.config import ConfigError, WorkerConfig, config_from_args
+
+    try:
+        config = config_from_args(WorkerConfig, args)
+        from agentserve.worker.main import run
+
+        return run(config)
+    except ConfigError as exc:
+        print(f"agentserve worker: {exc}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentserve import __version__
 
@@ -294,6 +307,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8081, help="port of /metrics (0 to disable)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(handler=_cmd_operator)
+
+    from agentserve.config import WorkerConfig, add_config_flags
+
+    p = sub.add_parser(
+        "worker",
+        help="run a worker: an inference engine behind the generate API and KV events",
+        description="Serves an engine (sim: no GPU; trtllm: TensorRT-LLM) over HTTP (streaming "
+        "generate, /health, /ready, /metrics, /kv/snapshot) and publishes its KV events on a "
+        "ZeroMQ PUB socket. See docs/worker.md.",
+    )
+    add_config_flags(p, WorkerConfig)
+    p.set_defaults(handler=_cmd_worker)
     return parser
 
 

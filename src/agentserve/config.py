@@ -104,6 +104,18 @@ class WorkerConfig(_Config):
     max_seq_len: int | None = Field(
         None, ge=1, description="longest sequence, prompt + output (default: model's)"
     )
+    tokenizer: str | None = Field(
+        None, description="tokenizer.json (default: the model's, then the embedded one)"
+    )
+    max_batch_size: int = Field(256, ge=1, description="most requests in one engine iteration")
+    max_num_tokens: int = Field(8192, ge=1, description="most tokens computed in one engine iteration")
+    enable_chunked_prefill: bool = Field(True, description="split long prompts across iterations")
+    request_abort: bool = Field(True, description="abort engine requests whose caller disconnected")
+    sim_kv_blocks: int = Field(32768, ge=1, description="KV cache size of the sim engine, in blocks")
+    sim_speedup: float = Field(
+        1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
+    )
+    sim_script: str | None = Field(None, description="scenario file of scripted raw outputs (sim engine)")
 
 
 C = TypeVar("C", bound=BaseModel)

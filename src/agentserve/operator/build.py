@@ -167,6 +167,7 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping(
         "model.tokenizer", "frontend", "tokenizer", _s(_tokenizer), "relative paths: under the model dir"
     ),
+    Mapping("model.tokenizer", "worker", "tokenizer", _s(_tokenizer), "the sim worker's output tokenizer"),
     Mapping("model.chatTemplate", "frontend", "chat_template", _s(_chat_template), "mounted file"),
     Mapping("model.contextLength", "frontend", "context_length", _s(lambda s: s.model.context_length)),
     Mapping("model.contextLength", "worker", "max_seq_len", _s(lambda s: s.model.context_length)),
@@ -287,7 +288,22 @@ MAPPINGS: tuple[Mapping, ...] = (
 COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
     "frontend": frozenset({"host", "hash_seed"}),
     "router": frozenset({"host", "workers"}),
-    "worker": frozenset({"host", "hash_seed"}),
+    "worker": frozenset(
+        {
+            "host",
+            "hash_seed",
+            # Scheduler limits and request abort: TensorRT-LLM's own defaults suit B200 pools; tune
+            # through workers.llmApiOptions until they are spec fields.
+            "max_batch_size",
+            "max_num_tokens",
+            "enable_chunked_prefill",
+            "request_abort",
+            # Sim engine knobs: clusters running the sim take its defaults (echo output, no script).
+            "sim_kv_blocks",
+            "sim_speedup",
+            "sim_script",
+        }
+    ),
 }
 
 

@@ -85,7 +85,10 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
     ),
     "model.tokenizer": (
         {"model": {"tokenizer": "tok"}},
-        {("frontend", "tokenizer"): "/models/qwen3-32b/tok"},
+        {
+            ("frontend", "tokenizer"): "/models/qwen3-32b/tok",
+            ("worker", "tokenizer"): "/models/qwen3-32b/tok",
+        },
     ),
     "model.chatTemplate": (
         {"model": {"chatTemplate": {"inline": "{{ messages }}"}}},

@@ -1,0 +1,226 @@
+"""The `Engine` protocol: what a worker needs from an inference engine, and the values it speaks.
+
+An engine turns prompt token ids into a stream of `Step`s (new token ids and their text), aborts
+requests nobody waits for, reports which of its KV blocks hold which prefix (`KvEvent`s, in
+sequence-number order, with a snapshot to resync from) and how loaded it is (`Load`). The worker
+never parses reasoning or tools: text goes out exactly as the model produced it.
+
+Block hashes in KV events are `agentserve.prompt.hashing.block_hashes` values (chained XXH3-64 over
+full blocks), the same numbers the frontend and router compute from a prompt.
+
+Values here are frozen dataclasses with slots: steps are created per token on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeAlias, runtime_checkable
+
+from agentserve.conversation import FinishReason, Usage
+
+# --------------------------------------------------------------------------------------------------
+# Requests
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Decoding settings. `max_tokens` is always explicit (TensorRT-LLM's own default is 32)."""
+
+    max_tokens: int = 1024
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False  # keep generating until max_tokens (benchmarks)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hints:
+    """What the frontend knows about the conversation; real engines ignore it.
+
+    The simulated engine's output policies read it (which turn this is, what the last messages
+    said); without hints they fall back to reading the decoded prompt.
+    """
+
+    turn: int | None = None  # 1-based: this is the N-th model response of the conversation
+    last_user_message: str | None = None
+    last_message: str | None = None  # text of the last message of any role (e.g. a tool result)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    request_id: str
+    prompt_token_ids: Sequence[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    priority: int = 0  # higher is scheduled first (the sim honours it; FCFS within a priority)
+    hints: Hints | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Output
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """New output since the previous step of the same request.
+
+    A consumer that falls behind gets one step carrying all tokens produced meanwhile (as with
+    TensorRT-LLM's `token_ids_diff`), so `token_ids` may hold several ids. `cached_tokens` (prompt
+    tokens served from the KV cache) is set on the first step only; `finish_reason` and `usage` on
+    the last step only.
+    """
+
+    token_ids: Sequence[int]
+    text: str
+    cached_tokens: int | None = None
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+
+
+class StepStream(Protocol):
+    """The steps of one request. Closing it before the last step aborts the request."""
+
+    def __aiter__(self) -> AsyncIterator[Step]: ...
+
+    async def __anext__(self) -> Step: ...
+
+    async def aclose(self) -> None: ...
+
+
+# --------------------------------------------------------------------------------------------------
+# KV events
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    """Full blocks now held in the KV cache, in prefix order, each chained to the one before.
+
+    `parent_hash` is the hash of the block right before `block_hashes[0]` (None: they start the
+    prompt). `num_tokens` = tokens covered = len(block_hashes) × block size.
+    """
+
+    seq: int
+    block_hashes: tuple[int, ...]
+    parent_hash: int | None
+    num_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRemoved:
+    seq: int
+    block_hashes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllCleared:
+    """The engine dropped every block (startup, reset): a subscriber forgets this worker's blocks."""
+
+    seq: int
+
+
+KvEvent: TypeAlias = BlockStored | BlockRemoved | AllCleared
+
+
+@dataclass(frozen=True, slots=True)
+class KvSnapshot:
+    """Every block hash stored after event `seq` was applied: resync point after a gap."""
+
+    seq: int
+    block_size: int
+    block_hashes: tuple[int, ...]
+
+
+# --------------------------------------------------------------------------------------------------
+# Load and counters
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    running: int  # requests admitted to the batch
+    waiting: int  # requests queued for admission
+    kv_blocks_used: int  # blocks referenced by running requests
+    kv_blocks_total: int
+    kv_blocks_cached: int = 0  # free blocks still holding a reusable prefix (evictable)
+    # Cumulative counters since start (Prometheus counters are read from these).
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    generated_tokens: int = 0
+    requests_finished: int = 0
+    requests_aborted: int = 0
+    preemptions: int = 0
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors
+
+
+class EngineError(Exception):
+    """An engine could not serve a request (base class)."""
+
+
+class InvalidRequestError(EngineError):
+    """The request can never be served as given (empty prompt, larger than the KV cache, …)."""
+
+
+class DuplicateRequestError(EngineError):
+    """A request with this id is still running."""
+
+
+class EngineNotReadyError(EngineError):
+    """The engine is not started (model still loading, or stopped)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# The protocol
+
+
+@runtime_checkable
+class Engine(Protocol):
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block (must match the router's)."""
+        ...
+
+    @property
+    def ready(self) -> bool:
+        """The model is loaded and `generate` accepts requests."""
+        ...
+
+    async def start(self) -> None:
+        """Load the model and start the engine loop (may take minutes for a real engine)."""
+        ...
+
+    async def stop(self) -> None:
+        """Abort everything and release resources."""
+        ...
+
+    def generate(self, request: GenerateRequest) -> StepStream:
+        """Submit a request; raises `EngineError` subclasses synchronously if it cannot be queued."""
+        ...
+
+    def abort(self, request_id: str) -> bool:
+        """Abort a request; its stream ends with finish reason `abort`. False if unknown/finished."""
+        ...
+
+    def kv_events(self) -> AsyncIterator[list[KvEvent]]:
+        """A new subscription: batches of events in sequence order, from now on, without gaps."""
+        ...
+
+    def kv_snapshot(self) -> KvSnapshot: ...
+
+    def load(self) -> Load: ...

@@ -1,0 +1,1 @@
+"""Inference engines behind the `Engine` protocol: `sim` (no GPU) and `trtllm` (TensorRT-LLM)."""

@@ -1,0 +1,324 @@
+"""The simulated engine: a real scheduler and KV cache, simulated time, scripted or echoed text.
+
+Everything that decides behaviour is pure and lives in its own module (`kvpool`, `scheduler`,
+`timing`, `outputs`); this module is the asyncio edge: it runs the scheduler's iterations, sleeps
+each iteration's simulated duration divided by `speedup`, hands tokens to request streams and KV
+events to subscribers.
+
+With `speedup` 0 or infinity iterations take no simulated time (benchmarks, tests). The loop then
+runs iterations back to back and yields to the event loop every `zero_time_slice_s` (5 ms), as a
+real engine runs beside the serving loop (on its GPU, in its own process) rather than in lockstep
+with it: consumers that lag receive merged steps (several tokens at once), exactly as with
+TensorRT-LLM's `token_ids_diff`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from agentserve.conversation import FinishReason, Usage
+from agentserve.worker.engine import (
+    DuplicateRequestError,
+    EngineNotReadyError,
+    GenerateRequest,
+    InvalidRequestError,
+    KvEvent,
+    KvSnapshot,
+    Load,
+    SamplingParams,
+    Step,
+)
+from agentserve.worker.events import EventHub
+from agentserve.worker.kvpool import KvPool
+from agentserve.worker.outputs import EchoPolicy, OutputPolicy, context_for, hints_complete
+from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence, StepOutcome
+from agentserve.worker.timing import DEFAULT_TIMING, TimingModel
+from agentserve.worker.tokenizer import ByteTokenizer, Tokenizer, token_pieces
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    num_blocks: int = 32768
+    block_size: int = 32
+    hash_seed: int = 0
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    timing: TimingModel = DEFAULT_TIMING
+    speedup: float = 1.0  # simulated seconds per real second; 0 or inf: no waiting
+    zero_time_slice_s: float = 5e-3  # with no waiting: run iterations this long between yields
+
+    @property
+    def zero_time(self) -> bool:
+        return self.speedup == 0 or math.isinf(self.speedup)
+
+
+class _SimStream:
+    """The steps of one request; the engine pushes, the consumer pulls merged steps."""
+
+    __slots__ = (
+        "_cached",
+        "_closed",
+        "_engine",
+        "_finish",
+        "_ids",
+        "_texts",
+        "_usage",
+        "_waiter",
+        "pieces",
+        "request_id",
+    )
+
+    def __init__(self, engine: SimEngine, request_id: str, pieces: Sequence[str]) -> None:
+        self._engine = engine
+        self.request_id = request_id
+        self.pieces = pieces
+        self._ids: list[int] = []
+        self._texts: list[str] = []
+        self._cached: int | None = None
+        self._finish: FinishReason | None = None
+        self._usage: Usage | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False  # the last step was handed out, or the consumer closed
+
+    # -- engine side ------------------------------------------------------------------------------
+
+    def cached(self, n: int) -> None:
+        self._cached = n  # goes out with the first step
+
+    def push(self, token_id: int, text: str) -> None:
+        self._ids.append(token_id)
+        self._texts.append(text)
+        self._wake()
+
+    def finish(self, reason: FinishReason, usage: Usage) -> None:
+        if self._finish is None:
+            self._finish, self._usage = reason, usage
+            self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- consumer side ----------------------------------------------------------------------------
+
+    def __aiter__(self) -> _SimStream:
+        return self
+
+    async def __anext__(self) -> Step:
+        while not self._ids and self._finish is None:
+            if self._closed:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self._closed:
+            raise StopAsyncIteration
+        ids, self._ids = self._ids, []
+        texts, self._texts = self._texts, []
+        cached, self._cached = self._cached, None
+        if self._finish is None:
+            return Step(ids, "".join(texts), cached)
+        self._closed = True
+        return Step(ids, "".join(texts), cached, self._finish, self._usage)
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._finish is None:
+                self._engine.abort(self.request_id)
+            self._wake()
+
+
+class SimEngine:
+    """The `Engine` protocol over a simulated GPU (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        tokenizer: Tokenizer | None = None,
+        policy: OutputPolicy | None = None,
+    ) -> None:
+        self.config = config or SimConfig()
+        self.tokenizer: Tokenizer = tokenizer or ByteTokenizer()
+        self.policy: OutputPolicy = policy or EchoPolicy()
+        self.pool = KvPool(self.config.num_blocks, self.config.block_size)
+        self.scheduler = Scheduler(self.pool, self.config.scheduler, self.config.hash_seed)
+        self._streams: dict[str, _SimStream] = {}
+        self._hub = EventHub()
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._ready = False
+        self._ids = itertools.count()
+
+    # -- Engine protocol --------------------------------------------------------------------------
+
+    @property
+    def block_size(self) -> int:
+        return self.config.block_size
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self.pool.clear()  # subscribers learn that this engine starts empty
+        self._hub.publish(self.pool.take_events())
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+        self._ready = True
+
+    async def stop(self) -> None:
+        self._ready = False
+        for request_id in list(self._streams):
+            self.abort(request_id)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._hub.close()
+
+    def generate(self, request: GenerateRequest) -> _SimStream:
+        if not self._ready:
+            raise EngineNotReadyError("the simulated engine is not started")
+        rid = request.request_id or f"sim-{next(self._ids)}"
+        if rid in self._streams:
+            raise DuplicateRequestError(f"request {rid!r} is still running")
+        prompt = list(request.prompt_token_ids)
+        self._validate(prompt, request.sampling)
+        output, pieces, end_reason = self._plan(request, prompt)
+        seq = SimSequence(rid, prompt, len(prompt), output, end_reason, request.priority)
+        self.scheduler.add(seq)
+        stream = _SimStream(self, rid, pieces)
+        self._streams[rid] = stream
+        self._wake.set()
+        return stream
+
+    def abort(self, request_id: str) -> bool:
+        seq = self.scheduler.abort(request_id)
+        stream = self._streams.pop(request_id, None)
+        if stream is not None and seq is not None:
+            stream.finish("abort", _usage(seq))
+        return seq is not None
+
+    def kv_events(self) -> AsyncIterator[list[KvEvent]]:
+        return self._hub.subscribe()
+
+    def kv_snapshot(self) -> KvSnapshot:
+        return self.pool.snapshot()
+
+    def load(self) -> Load:
+        s = self.scheduler
+        return Load(
+            running=len(s.running),
+            waiting=s.num_waiting,
+            kv_blocks_used=self.pool.used,
+            kv_blocks_total=self.pool.num_blocks,
+            kv_blocks_cached=self.pool.cached_free,
+            prompt_tokens=s.prompt_tokens,
+            cached_prompt_tokens=s.cached_prompt_tokens,
+            generated_tokens=s.generated_tokens,
+            requests_finished=s.finished_count,
+            requests_aborted=s.aborted_count,
+            preemptions=s.preemptions,
+        )
+
+    # -- submission -------------------------------------------------------------------------------
+
+    def _validate(self, prompt: list[int], sampling: SamplingParams) -> None:
+        if not prompt:
+            raise InvalidRequestError("the prompt has no tokens")
+        if sampling.max_tokens < 1:
+            raise InvalidRequestError("max_tokens must be at least 1")
+        need = self.scheduler.blocks_for(len(prompt) + 1)
+        if need > self.pool.num_blocks:
+            raise InvalidRequestError(
+                f"a prompt of {len(prompt)} tokens needs {need} KV blocks; the cache holds "
+                f"{self.pool.num_blocks}"
+            )
+        sched = self.config.scheduler
+        if not sched.chunked_prefill and len(prompt) > sched.max_num_tokens:
+            raise InvalidRequestError(
+                f"a prompt of {len(prompt)} tokens exceeds max_num_tokens ({sched.max_num_tokens}) "
+                "and chunked prefill is off"
+            )
+
+    def _plan(self, request: GenerateRequest, prompt: list[int]) -> tuple[list[int], list[str], FinishReason]:
+        """The output token ids, their streamed text pieces, and why the output ends."""
+        hints = request.hints
+        prompt_text = None if hints_complete(hints) else self.tokenizer.decode(prompt)
+        text = self.policy.respond(context_for(hints, prompt_text))
+        sampling = request.sampling
+        for stop in sampling.stop:
+            cut = text.find(stop) if stop else -1
+            if cut >= 0:
+                text = text[:cut]
+        ids = self.tokenizer.encode(text)
+        if sampling.stop_token_ids:
+            stops = set(sampling.stop_token_ids)
+            ids = list(itertools.takewhile(lambda t: t not in stops, ids))
+        pieces = token_pieces(self.tokenizer, ids)
+        end_reason: FinishReason = "stop"
+        limit = sampling.max_tokens
+        if sampling.ignore_eos and ids and len(ids) < limit:
+            reps = -(-limit // len(ids))
+            ids, pieces = (ids * reps)[:limit], (pieces * reps)[:limit]
+            end_reason = "length"
+        elif len(ids) > limit:
+            ids, pieces, end_reason = ids[:limit], pieces[:limit], "length"
+        return ids, pieces, end_reason
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        zero_time = self.config.zero_time
+        timing, speedup = self.config.timing, self.config.speedup
+        slice_s = self.config.zero_time_slice_s
+        clock = slice_start = loop.time()
+        while True:
+            if not self.scheduler.has_work:
+                self._wake.clear()
+                await self._wake.wait()
+                clock = slice_start = loop.time()
+                continue
+            outcome = self.scheduler.step()
+            if zero_time:
+                self._deliver(outcome)
+                now = loop.time()
+                if now - slice_start >= slice_s:
+                    await asyncio.sleep(0)
+                    slice_start = loop.time()
+            else:
+                clock = max(clock, loop.time()) + timing.step_seconds(outcome.work) / speedup
+                await asyncio.sleep(max(clock - loop.time(), 0.0))
+                self._deliver(outcome)
+
+    def _deliver(self, outcome: StepOutcome) -> None:
+        streams = self._streams
+        for seq in outcome.started:
+            stream = streams.get(seq.request_id)
+            if stream is not None:
+                stream.cached(seq.cached_tokens or 0)
+        for seq in outcome.emitted:
+            stream = streams.get(seq.request_id)
+            if stream is not None:
+                i = seq.emitted - 1
+                stream.push(seq.output[i], stream.pieces[i])
+        for seq, reason in outcome.finished:
+            stream = streams.pop(seq.request_id, None)
+            if stream is not None:
+                stream.finish(reason, _usage(seq))
+        self._hub.publish(outcome.events)
+
+
+def _usage(seq: SimSequence) -> Usage:
+    return Usage(input_tokens=seq.prompt_len, output_tokens=seq.emitted, cached_tokens=seq.cached_tokens or 0)

@@ -1,0 +1,337 @@
+"""Pure mappings between agentserve and TensorRT-LLM's LLM API (no `tensorrt_llm` import here).
+
+- `llm_kwargs`: `WorkerConfig` + the extra-options YAML → keyword arguments of `tensorrt_llm.LLM`
+  (`kv_cache_config` as a dict; the engine module turns it into a `KvCacheConfig`).
+- `sampling_kwargs`: our `SamplingParams` → keyword arguments of `tensorrt_llm.SamplingParams`.
+- `finish_reason` / `make_step`: a streamed `RequestOutput`'s values → our `Step`.
+- `KvEventTranslator`: TensorRT-LLM KV cache event dicts (`get_kv_cache_events_async`) → our
+  `KvEvent`s. TensorRT-LLM names blocks by its own hashes; the router matches prompts by ours
+  (`block_hashes`), so each stored block is re-hashed from its token ids, chained to its parent's
+  hash in our space, and removals are mapped back through the same table.
+- `load_from_stats`: an iteration-stats dict (`get_stats_async`) → KV blocks used/total and queues.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentserve.config import ConfigError, WorkerConfig
+from agentserve.conversation import FinishReason, Usage
+from agentserve.prompt.hashing import block_hashes
+from agentserve.worker.engine import (
+    AllCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEvent,
+    KvSnapshot,
+    SamplingParams,
+    Step,
+)
+
+# Events buffered inside TensorRT-LLM between our polls (Dynamo's newer default).
+DEFAULT_EVENT_BUFFER_MAX_SIZE = 100_000
+
+# --------------------------------------------------------------------------------------------------
+# LLM construction
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` wins; nested mappings merge key by key (as trtllm-serve merges its YAML)."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_extra_options(path: str | Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read extra LLM API options {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"extra LLM API options {path} must be a mapping of LLM() arguments")
+    return data
+
+
+def llm_kwargs(config: WorkerConfig, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "model": config.model_path or config.model,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "max_batch_size": config.max_batch_size,
+        "max_num_tokens": config.max_num_tokens,
+        "enable_chunked_prefill": config.enable_chunked_prefill,
+        "enable_iter_perf_stats": True,  # KV usage and queue depth for /metrics and the router
+        "kv_cache_config": {
+            "enable_block_reuse": config.enable_block_reuse,
+            "tokens_per_block": config.block_size,
+            "free_gpu_memory_fraction": config.free_gpu_memory_fraction,
+            "event_buffer_max_size": DEFAULT_EVENT_BUFFER_MAX_SIZE,
+        },
+    }
+    merged = deep_merge(base, extra or {})
+    kv = merged.get("kv_cache_config")
+    if not isinstance(kv, Mapping):
+        raise ConfigError("kv_cache_config must be a mapping")
+    if kv.get("tokens_per_block") != config.block_size:
+        raise ConfigError(
+            f"kv_cache_config.tokens_per_block ({kv.get('tokens_per_block')}) must equal block_size "
+            f"({config.block_size}): the router hashes prompts in blocks of that size"
+        )
+    if not kv.get("event_buffer_max_size"):
+        raise ConfigError("kv_cache_config.event_buffer_max_size must be positive: KV events need it")
+    return merged
+
+
+# --------------------------------------------------------------------------------------------------
+# Requests and outputs
+
+
+def sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "max_tokens": params.max_tokens,  # TensorRT-LLM's default is 32: always explicit
+        "ignore_eos": params.ignore_eos,
+        # Raw output for the frontend's parser: keep special tokens and their exact spacing.
+        "detokenize": True,
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+        "include_stop_str_in_output": False,
+    }
+    for name in (
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+    ):
+        value = getattr(params, name)
+        if value is not None:
+            kwargs[name] = value
+    if params.stop:
+        kwargs["stop"] = list(params.stop)
+    if params.stop_token_ids:
+        kwargs["stop_token_ids"] = list(params.stop_token_ids)
+    return kwargs
+
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "cancelled": "abort",
+    "timeout": "error",
+}
+
+
+def finish_reason(value: Any) -> FinishReason | None:
+    """TensorRT-LLM's `CompletionOutput.finish_reason` → ours (None: not finished)."""
+    if value is None:
+        return None
+    name = str(getattr(value, "name", value)).lower()
+    if name in ("not_finished", "none"):
+        return None
+    return _FINISH.get(name, "error")
+
+
+def clamp_cached(cached: int | None, prompt_tokens: int) -> int:
+    """At least one prompt token is always computed (as Dynamo reports it)."""
+    return max(0, min(cached or 0, prompt_tokens - 1))
+
+
+def make_step(
+    token_ids_diff: Sequence[int],
+    text_diff: str,
+    *,
+    finished: bool,
+    raw_finish_reason: Any,
+    cached_tokens: int | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    first: bool,
+    aborted: bool = False,
+) -> Step:
+    cached = clamp_cached(cached_tokens, prompt_tokens)
+    reason = finish_reason(raw_finish_reason) if finished else None
+    if finished and reason is None:
+        reason = "abort" if aborted else "stop"
+    if aborted and reason == "stop":
+        reason = "abort"
+    usage = Usage(prompt_tokens, output_tokens, cached) if reason is not None else None
+    return Step(list(token_ids_diff), text_diff, cached if first else None, reason, usage)
+
+
+# --------------------------------------------------------------------------------------------------
+# KV events
+
+
+def _token_ids(tokens: Sequence[Any]) -> list[int]:
+    return [t["token_id"] if isinstance(t, Mapping) else int(t) for t in tokens]
+
+
+class KvEventTranslator:
+    """Stateful translation of TensorRT-LLM KV cache events into ours (see the module docstring).
+
+    Partial blocks (fewer tokens than a block) and blocks whose parent is unknown (its event was
+    lost, or it was partial) are not published; their later removal is swallowed. Events of an
+    attention window smaller than the largest seen (sliding-window layers) are dropped. Several
+    engine blocks with the same tokens (different salts) share one hash of ours: it is stored when
+    the first appears and removed when the last goes.
+    """
+
+    def __init__(self, block_size: int, seed: int = 0) -> None:
+        self.block_size = block_size
+        self.seed = seed
+        self._ours: dict[int, int] = {}  # engine block hash -> our block hash
+        self._count: dict[int, int] = {}  # our block hash -> engine blocks behind it
+        self._ignored: set[int] = set()
+        self._seq = 0
+        self._last_event_id: int | None = None
+        self._window: int | None = None
+        self.engine_gaps = 0  # jumps in TensorRT-LLM's own event ids (its buffer overflowed)
+        self.skipped_blocks = 0
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    def snapshot(self) -> KvSnapshot:
+        return KvSnapshot(self._seq, self.block_size, tuple(self._count))
+
+    def reset(self) -> list[KvEvent]:
+        self._ours.clear()
+        self._count.clear()
+        self._ignored.clear()
+        return [AllCleared(self._next())]
+
+    def feed(self, event: Mapping[str, Any] | str) -> list[KvEvent]:
+        if isinstance(event, str):  # some releases hand out JSON text
+            event = json.loads(event)
+            assert isinstance(event, Mapping)
+        event_id = event.get("event_id")
+        if isinstance(event_id, int):
+            if self._last_event_id is not None and event_id > self._last_event_id + 1:
+                self.engine_gaps += 1
+            self._last_event_id = event_id
+        window = event.get("window_size")
+        if isinstance(window, int):
+            if self._window is None or window > self._window:
+                self._window = window
+            elif window < self._window:
+                return []
+        data = event.get("data")
+        if not isinstance(data, Mapping):
+            return []
+        kind = data.get("type")
+        if kind == "created":
+            return self.reset()
+        if kind == "stored":
+            return self._stored(data)
+        if kind == "removed":
+            return self._removed(data.get("block_hashes") or [])
+        return []  # "updated": tier or priority moves do not change what is cached
+
+    def _stored(self, data: Mapping[str, Any]) -> list[KvEvent]:
+        blocks = data.get("blocks") or []
+        engine_parent = data.get("parent_hash")
+        parent: int | None = None
+        if engine_parent is not None:
+            found = self._ours.get(engine_parent)
+            if found is None:
+                self._skip(b.get("block_hash") for b in blocks)
+                return []
+            parent = found
+        events: list[KvEvent] = []
+        run: list[int] = []
+        run_parent = parent
+        for i, block in enumerate(blocks):
+            engine_hash = block.get("block_hash")
+            tokens = _token_ids(block.get("tokens") or [])
+            if len(tokens) != self.block_size or block.get("lora_id") is not None:
+                # Partial (or LoRA: another hash space): it and everything after it stay unpublished.
+                self._skip(b.get("block_hash") for b in blocks[i:])
+                break
+            ours = block_hashes(tokens, self.block_size, self.seed, parent)[0]
+            previous = self._ours.get(engine_hash)
+            if previous is None:
+                self._ours[engine_hash] = ours
+                count = self._count.get(ours, 0)
+                self._count[ours] = count + 1
+                is_new = count == 0
+            else:
+                is_new = False  # the engine re-announced a block it already holds
+            if is_new:
+                if not run:
+                    run_parent = parent
+                run.append(ours)
+            elif run:
+                events.append(self._stored_event(run, run_parent))
+                run = []
+            parent = ours
+        if run:
+            events.append(self._stored_event(run, run_parent))
+        return events
+
+    def _removed(self, engine_hashes: Sequence[int]) -> list[KvEvent]:
+        gone: list[int] = []
+        for engine_hash in engine_hashes:
+            if engine_hash in self._ignored:
+                self._ignored.discard(engine_hash)
+                continue
+            ours = self._ours.pop(engine_hash, None)
+            if ours is None:
+                continue
+            count = self._count[ours] - 1
+            if count:
+                self._count[ours] = count
+            else:
+                del self._count[ours]
+                gone.append(ours)
+        return [BlockRemoved(self._next(), tuple(gone))] if gone else []
+
+    def _skip(self, engine_hashes: Any) -> None:
+        for h in engine_hashes:
+            if h is not None:
+                self._ignored.add(h)
+                self.skipped_blocks += 1
+
+    def _stored_event(self, run: list[int], parent: int | None) -> BlockStored:
+        return BlockStored(self._next(), tuple(run), parent, len(run) * self.block_size)
+
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+
+# --------------------------------------------------------------------------------------------------
+# Iteration stats
+
+
+def load_from_stats(stats: Mapping[str, Any] | str) -> dict[str, int]:
+    """Fields of `Load` found in one iteration-stats record (missing ones are left out)."""
+    if isinstance(stats, str):
+        stats = json.loads(stats)
+        assert isinstance(stats, Mapping)
+    out: dict[str, int] = {}
+    kv = stats.get("kvCacheStats")
+    if isinstance(kv, Mapping):
+        if isinstance(kv.get("usedNumBlocks"), int):
+            out["kv_blocks_used"] = kv["usedNumBlocks"]
+        if isinstance(kv.get("maxNumBlocks"), int):
+            out["kv_blocks_total"] = kv["maxNumBlocks"]
+    if isinstance(stats.get("numActiveRequests"), int):
+        out["running"] = stats["numActiveRequests"]
+    if isinstance(stats.get("numQueuedRequests"), int):
+        out["waiting"] = stats["numQueuedRequests"]
+    return out

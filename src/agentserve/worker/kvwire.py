@@ -1,0 +1,121 @@
+"""KV events on the ZeroMQ wire (pure encode/decode, and a gap detector for subscribers).
+
+One PUB message carries a batch of consecutive events (usually one engine iteration's)::
+
+    frame 0  topic                  b"kv" by default (subscribers filter on it)
+    frame 1  first sequence number  8 bytes, unsigned big-endian
+    frame 2  events                 msgpack array; event i has sequence number first + i:
+               ["stored", [hash, ...], parent_hash or nil, num_tokens]
+               ["removed", [hash, ...]]
+               ["cleared"]
+
+Hashes are unsigned 64-bit `block_hashes` values. Sequence numbers start at 1 when an engine
+starts (its first event is `cleared`) and grow by one per event; a subscriber that sees a jump
+lost events (a slow subscriber past the PUB high-water mark, or it joined late) and resyncs from
+the worker's snapshot endpoint.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, KvEvent
+
+DEFAULT_TOPIC = b"kv"
+_SEQ = struct.Struct(">Q")
+
+
+class KvWireError(ValueError):
+    pass
+
+
+def _event_body(event: KvEvent) -> list[Any]:
+    if isinstance(event, BlockStored):
+        return ["stored", list(event.block_hashes), event.parent_hash, event.num_tokens]
+    if isinstance(event, BlockRemoved):
+        return ["removed", list(event.block_hashes)]
+    return ["cleared"]
+
+
+def encode_batch(events: Sequence[KvEvent], topic: bytes = DEFAULT_TOPIC) -> list[bytes]:
+    """The frames of one message; the events' sequence numbers must be consecutive."""
+    if not events:
+        raise KvWireError("an empty batch has no sequence number")
+    first = events[0].seq
+    for i, event in enumerate(events):
+        if event.seq != first + i:
+            raise KvWireError(f"event {event.seq} breaks the sequence after {first + i - 1}")
+    payload = msgpack.packb([_event_body(e) for e in events])
+    return [topic, _SEQ.pack(first), payload]
+
+
+def decode_batch(frames: Sequence[bytes]) -> list[KvEvent]:
+    if len(frames) != 3 or len(frames[1]) != 8:
+        raise KvWireError("a KV event message has 3 frames: topic, 8-byte sequence number, events")
+    (first,) = _SEQ.unpack(frames[1])
+    try:
+        bodies = msgpack.unpackb(frames[2], raw=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise KvWireError(f"malformed events payload: {exc}") from exc
+    if not isinstance(bodies, list):
+        raise KvWireError("the events payload must be an array")
+    events: list[KvEvent] = []
+    for i, body in enumerate(bodies):
+        seq = first + i
+        try:
+            kind = body[0]
+            if kind == "stored":
+                events.append(BlockStored(seq, tuple(body[1]), body[2], body[3]))
+            elif kind == "removed":
+                events.append(BlockRemoved(seq, tuple(body[1])))
+            elif kind == "cleared":
+                events.append(AllCleared(seq))
+            else:
+                raise KvWireError(f"unknown event kind {kind!r}")
+        except (IndexError, TypeError) as exc:
+            raise KvWireError(f"malformed event {body!r}") from exc
+    return events
+
+
+def peek_range(frames: Sequence[bytes]) -> tuple[int, int]:
+    """(first sequence number, number of events) without building events (fast gap checks)."""
+    if len(frames) != 3 or len(frames[1]) != 8:
+        raise KvWireError("a KV event message has 3 frames: topic, 8-byte sequence number, events")
+    (first,) = _SEQ.unpack(frames[1])
+    header = frames[2][:5]
+    if not header:
+        raise KvWireError("empty events payload")
+    tag = header[0]
+    if tag & 0xF0 == 0x90:  # fixarray
+        return first, tag & 0x0F
+    if tag == 0xDC:
+        return first, int.from_bytes(header[1:3], "big")
+    if tag == 0xDD:
+        return first, int.from_bytes(header[1:5], "big")
+    raise KvWireError("the events payload must be an array")
+
+
+class GapDetector:
+    """Tracks the next expected sequence number; reports events lost in between."""
+
+    def __init__(self) -> None:
+        self.expected: int | None = None
+        self.lost = 0
+        self.gaps = 0
+        self.received = 0
+
+    def feed(self, first: int, count: int) -> int:
+        """Account for events first..first+count-1; returns how many were missed before them."""
+        missed = 0
+        if self.expected is not None and first != self.expected:
+            if first > self.expected:
+                missed = first - self.expected
+                self.lost += missed
+            self.gaps += 1  # a jump back means the engine restarted: also a resync point
+        self.expected = first + count
+        self.received += count
+        return missed

@@ -1,0 +1,102 @@
+"""Assemble a worker from its configuration: engine, KV event publisher, HTTP service."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from agentserve.config import ConfigError, WorkerConfig
+from agentserve.worker.engine import Engine
+from agentserve.worker.engines.sim import SimConfig, SimEngine
+from agentserve.worker.outputs import EchoPolicy, OutputPolicy, ScenarioError, ScriptPolicy, raw_format_for
+from agentserve.worker.scheduler import SchedulerConfig
+from agentserve.worker.tokenizer import Tokenizer, load_tokenizer
+
+log = logging.getLogger("agentserve.worker")
+
+
+def _family(config: WorkerConfig) -> tuple[str | None, bool]:
+    """(family name, whether its prompts leave the output inside an open reasoning block)."""
+    from agentserve.families import UnknownFamilyError, family_for_model, get_family
+
+    if config.family is not None:
+        try:
+            family = get_family(config.family)
+        except UnknownFamilyError:
+            return config.family, False  # a format the sim knows by name (e.g. gpt-oss)
+        return family.name, family.starts_in_reasoning
+    inferred = family_for_model(config.model)
+    return (inferred.name, inferred.starts_in_reasoning) if inferred is not None else (None, False)
+
+
+def build_policy(config: WorkerConfig, tokenizer: Tokenizer) -> OutputPolicy:
+    name, starts_in_reasoning = _family(config)
+    echo = EchoPolicy(raw_format_for(name, starts_in_reasoning))
+    if config.sim_script is None:
+        return echo
+    try:
+        script = ScriptPolicy.from_file(config.sim_script, echo)
+    except ScenarioError as exc:
+        raise ConfigError(str(exc)) from exc
+    for text in script.outputs():
+        if tokenizer.decode(tokenizer.encode(text)) != text:
+            raise ConfigError(f"the tokenizer does not reproduce this scripted output exactly: {text[:80]!r}")
+    return script
+
+
+def build_engine(config: WorkerConfig) -> Engine:
+    if config.engine == "trtllm":
+        from agentserve.worker.engines.trtllm import TrtLlmEngine
+
+        return TrtLlmEngine(config)
+    try:
+        tokenizer = load_tokenizer(config.tokenizer, config.model_path)
+    except Exception as exc:  # tokenizers raises its own exception type for unreadable files
+        raise ConfigError(f"cannot load the tokenizer: {exc}") from exc
+    sim = SimConfig(
+        num_blocks=config.sim_kv_blocks,
+        block_size=config.block_size,
+        hash_seed=config.hash_seed,
+        scheduler=SchedulerConfig(
+            max_batch_size=config.max_batch_size,
+            max_num_tokens=config.max_num_tokens,
+            chunked_prefill=config.enable_chunked_prefill,
+            prefix_caching=config.enable_block_reuse,
+        ),
+        speedup=config.sim_speedup,
+    )
+    return SimEngine(sim, tokenizer, build_policy(config, tokenizer))
+
+
+async def serve(config: WorkerConfig) -> None:
+    import uvicorn
+
+    from agentserve.worker.publisher import KvEventPublisher
+    from agentserve.worker.service import create_app
+
+    engine = build_engine(config)
+    publisher = KvEventPublisher(f"tcp://{config.host}:{config.kv_events_port}")
+    app = create_app(
+        engine,
+        model=config.model,
+        engine_name=config.engine,
+        publisher=publisher,
+        request_abort=config.request_abort,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+    )
+    log.warning(
+        "agentserve worker: %s engine, generate on http://%s:%d, KV events on %s",
+        config.engine,
+        config.host,
+        config.port,
+        publisher.endpoint,
+    )
+    await server.serve()
+
+
+def run(config: WorkerConfig) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    asyncio.run(serve(config))
+    return 0

@@ -1,0 +1,335 @@
+"""The worker's HTTP edge: streaming generate, health, readiness, metrics, KV snapshot.
+
+Routes:
+
+- `POST /generate` — body and frames in `agentserve.worker.wire`; the response framing follows the
+  `Accept` header. When the caller disconnects the engine request is aborted (unless
+  `request_abort` is off, then it runs to completion unread).
+- `GET /health` — the process is up (liveness). `GET /ready` — the model is loaded (503 before).
+- `GET /metrics` — Prometheus text: running/waiting requests, KV usage, prefix hit rate, tokens/s.
+- `GET /kv/snapshot` — every stored block hash and the sequence number it reflects, for a KV event
+  subscriber that saw a gap. `GET /load` — the engine's load as JSON. `GET /info` — model, engine,
+  block size and the KV events endpoint.
+
+Errors are JSON `{"error": {"type", "message"}}` with a 4xx/5xx status; no traceback leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, replace
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agentserve.worker.engine import (
+    DuplicateRequestError,
+    Engine,
+    EngineError,
+    EngineNotReadyError,
+    InvalidRequestError,
+    StepStream,
+)
+from agentserve.worker.publisher import KvEventPublisher
+from agentserve.worker.wire import (
+    MEDIA_TYPES,
+    Framing,
+    WireError,
+    decode_body,
+    decode_request,
+    encode_frame,
+    error_frame,
+    framing_for_accept,
+    step_to_frame,
+)
+
+log = logging.getLogger("agentserve.worker")
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def error_response(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
+
+
+async def _stream_steps(
+    stream: StepStream, framing: Framing, request_id: str, *, abort: bool, receive: Receive, send: Send
+) -> None:
+    """Send one request's steps as frames. If the caller leaves, abort the engine request, or with
+    `abort` off keep consuming it unsent until it finishes (one consumer per stream, always)."""
+    finished = False
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone = True
+                if abort and not finished:
+                    await stream.aclose()  # wakes the loop below with the end of the stream
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    headers = [
+        (b"content-type", MEDIA_TYPES[framing].encode()),
+        (b"cache-control", b"no-store"),
+        (b"x-request-id", request_id.encode()),
+    ]
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        try:
+            async for step in stream:
+                if step.finish_reason is not None:
+                    finished = True
+                if gone:
+                    continue
+                body = encode_frame(framing, step_to_frame(step))
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        except EngineError as exc:
+            finished = True
+            frame = encode_frame(framing, error_frame("engine_error", str(exc)))
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        watcher.cancel()
+        if not finished and abort:
+            await stream.aclose()
+
+
+class _EngineCollector(Collector):
+    def __init__(self, engine: Engine, model: str, publisher: KvEventPublisher | None, rate: _Rate) -> None:
+        self.engine = engine
+        self.model = model
+        self.publisher = publisher
+        self.rate = rate
+
+    def collect(self) -> Iterator[Metric]:
+        load = self.engine.load()
+        labels = ["model"]
+        values = [self.model]
+        p = "agentserve_worker_"
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(p + name, doc, labels=labels)
+            g.add_metric(values, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(p + name, doc, labels=labels)
+            c.add_metric(values, value)
+            return c
+
+        yield gauge("requests_running", "Requests in the running batch", load.running)
+        yield gauge("requests_waiting", "Requests waiting for admission", load.waiting)
+        yield gauge("kv_blocks_used", "KV blocks referenced by running requests", load.kv_blocks_used)
+        yield gauge("kv_blocks_total", "KV blocks in the cache", load.kv_blocks_total)
+        yield gauge("kv_blocks_cached", "Free KV blocks holding a reusable prefix", load.kv_blocks_cached)
+        yield gauge("kv_usage_ratio", "Used KV blocks / total KV blocks", load.kv_usage)
+        yield gauge("prefix_cache_hit_rate", "Cached prompt tokens / prompt tokens", load.prefix_hit_rate)
+        yield gauge(
+            "generation_tokens_per_second", "Output tokens per second (last interval)", self.rate.value
+        )
+        yield counter("prompt_tokens", "Prompt tokens received", load.prompt_tokens)
+        yield counter(
+            "cached_prompt_tokens", "Prompt tokens served from the KV cache", load.cached_prompt_tokens
+        )
+        yield counter("generation_tokens", "Output tokens generated", load.generated_tokens)
+        yield counter("requests_finished", "Requests that ran to completion", load.requests_finished)
+        yield counter(
+            "requests_aborted", "Requests aborted (caller gone or engine stop)", load.requests_aborted
+        )
+        yield counter("preemptions", "Requests preempted for KV space", load.preemptions)
+        if self.publisher is not None:
+            yield counter("kv_events_published", "KV events published", self.publisher.events_published)
+
+
+class _Rate:
+    """Output tokens per second over the last sampling interval."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self._last: tuple[float, int] | None = None
+
+    def sample(self, now: float, total: int) -> None:
+        if self._last is not None and now > self._last[0]:
+            self.value = (total - self._last[1]) / (now - self._last[0])
+        self._last = (now, total)
+
+
+def create_app(
+    engine: Engine,
+    *,
+    model: str = "agentserve-sim",
+    engine_name: str = "sim",
+    publisher: KvEventPublisher | None = None,
+    request_abort: bool = True,
+    rate_interval_s: float = 1.0,
+) -> ASGIApp:
+    """The worker app; its lifespan starts the engine (in the background: /health answers while a
+    real model loads) and the KV event publisher, and stops both."""
+    registry = CollectorRegistry(auto_describe=True)
+    rate = _Rate()
+    registry.register(_EngineCollector(engine, model, publisher, rate))
+    start_error: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        tasks: list[asyncio.Task[None]] = []
+        if publisher is not None:
+            # Subscribe before starting so the engine's first event (`cleared`) goes out too.
+            tasks.append(asyncio.create_task(publisher.run(engine.kv_events()), name="kv-publisher"))
+
+        async def start() -> None:
+            try:
+                await engine.start()
+            except Exception as exc:
+                start_error.append(f"{type(exc).__name__}: {exc}")
+                log.exception("engine failed to start")
+
+        async def sample() -> None:
+            while True:
+                rate.sample(time.monotonic(), engine.load().generated_tokens)
+                await asyncio.sleep(rate_interval_s)
+
+        tasks.append(asyncio.create_task(start(), name="engine-start"))
+        tasks.append(asyncio.create_task(sample(), name="rate-sampler"))
+        try:
+            yield
+        finally:
+            await engine.stop()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if publisher is not None:
+                publisher.close()
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kinds = {404: "not_found", 405: "method_not_allowed"}
+        return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail))
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", "internal error")
+
+    async def generate(scope: Scope, receive: Receive, send: Send) -> None:
+        """POST /generate, as raw ASGI: the hot path skips the framework's per-message wrappers."""
+        response = await _generate(scope, receive, send)
+        if response is not None:
+            await response(scope, receive, send)
+
+    async def _generate(scope: Scope, receive: Receive, send: Send) -> Response | None:
+        if not engine.ready:
+            return error_response(503, "not_ready", start_error[0] if start_error else "the model is loading")
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return error_response(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            if len(body) > MAX_BODY_BYTES:
+                return error_response(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
+            if not message.get("more_body", False):
+                break
+        try:
+            req = decode_request(decode_body(headers.get("content-type"), bytes(body)))
+        except WireError as exc:
+            return error_response(400, "invalid_request", str(exc))
+        if not req.request_id:
+            req = replace(req, request_id=uuid.uuid4().hex)
+        framing = framing_for_accept(headers.get("accept"))
+        try:
+            stream = engine.generate(req)
+        except InvalidRequestError as exc:
+            return error_response(400, "invalid_request", str(exc))
+        except DuplicateRequestError as exc:
+            return error_response(409, "duplicate_request", str(exc))
+        except EngineNotReadyError as exc:
+            return error_response(503, "not_ready", str(exc))
+        except EngineError as exc:
+            return error_response(500, "engine_error", str(exc))
+        await _stream_steps(stream, framing, req.request_id, abort=request_abort, receive=receive, send=send)
+        return None
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def ready(request: Request) -> Response:
+        if engine.ready:
+            return JSONResponse({"status": "ready"})
+        if start_error:
+            return error_response(503, "engine_failed", start_error[0])
+        return error_response(503, "not_ready", "the model is loading")
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def kv_snapshot(request: Request) -> Response:
+        snap = engine.kv_snapshot()
+        return JSONResponse(
+            {"seq": snap.seq, "block_size": snap.block_size, "block_hashes": list(snap.block_hashes)}
+        )
+
+    async def load(request: Request) -> Response:
+        return JSONResponse(asdict(engine.load()))
+
+    async def info(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "model": model,
+                "engine": engine_name,
+                "block_size": engine.block_size,
+                "kv_events_endpoint": publisher.endpoint if publisher is not None else None,
+                "kv_events_topic": publisher.topic.decode() if publisher is not None else None,
+            }
+        )
+
+    async def generate_other(request: Request) -> Response:
+        return error_response(405, "method_not_allowed", "use POST")
+
+    app = Starlette(
+        routes=[
+            Route("/generate", generate_other, methods=["GET", "PUT", "DELETE", "PATCH"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/ready", ready, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/kv/snapshot", kv_snapshot, methods=["GET"]),
+            Route("/load", load, methods=["GET"]),
+            Route("/info", info, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+        lifespan=lifespan,
+    )
+
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/generate" and scope["method"] == "POST":
+            try:
+                await generate(scope, receive, send)
+            except Exception:  # never a traceback to the caller; a 500 if nothing was sent yet
+                log.exception("generate failed")
+                with contextlib.suppress(Exception):
+                    await error_response(500, "internal_error", "internal error")(scope, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return asgi

@@ -1,0 +1,355 @@
+"""The generate API's wire format (pure): request bodies, response frames, and three framings.
+
+Request body (JSON or msgpack, same shape)::
+
+    {"request_id": "r1",                      # optional; the worker makes one up otherwise
+     "token_ids": [151644, 872, ...],         # the prompt, already tokenized by the frontend
+     "sampling": {"max_tokens": 512, "temperature": 0.6, "stop": ["</answer>"], ...},
+     "priority": 0,                           # optional; higher first
+     "hints": {"turn": 2, "last_user_message": "...", "last_message": "..."}}   # optional
+
+Response: a stream of frames, one per step (`Step`), each a mapping::
+
+    {"token_ids": [...], "text": "...", "cached_tokens": 96}          # first frame
+    {"token_ids": [...], "text": "..."}
+    {"token_ids": [...], "text": "...", "finish_reason": "stop",
+     "usage": {"input_tokens": 130, "output_tokens": 57, "cached_tokens": 96}}   # last frame
+    {"error": {"type": "engine_error", "message": "..."}}             # instead, if the engine fails
+
+framed as NDJSON (`application/x-ndjson`, the default), msgpack (`application/x-msgpack`: concatenated
+msgpack maps) or server-sent events (`text/event-stream`: `data: <json>\\n\\n`). docs/worker.md has the
+measurements behind the default.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, TypeAlias, get_args
+
+import msgpack
+
+from agentserve.conversation import FinishReason, Usage
+from agentserve.worker.engine import GenerateRequest, Hints, SamplingParams, Step
+
+Frame: TypeAlias = dict[str, Any]
+Framing: TypeAlias = Literal["ndjson", "msgpack", "sse"]
+
+FINISH_REASONS: frozenset[str] = frozenset(get_args(FinishReason))
+MEDIA_TYPES: dict[Framing, str] = {
+    "ndjson": "application/x-ndjson",
+    "msgpack": "application/x-msgpack",
+    "sse": "text/event-stream",
+}
+_FRAMING_BY_MEDIA: dict[str, Framing] = {
+    "application/x-ndjson": "ndjson",
+    "application/jsonl": "ndjson",
+    "application/x-msgpack": "msgpack",
+    "application/msgpack": "msgpack",
+    "application/vnd.msgpack": "msgpack",
+    "text/event-stream": "sse",
+}
+DEFAULT_FRAMING: Framing = "ndjson"
+
+
+class WireError(ValueError):
+    """A request body that does not follow the wire format (answered with 400)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Requests
+
+
+def encode_request(request: GenerateRequest) -> Frame:
+    s = request.sampling
+    sampling: dict[str, Any] = {"max_tokens": s.max_tokens}
+    for name in (
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+    ):
+        value = getattr(s, name)
+        if value is not None:
+            sampling[name] = value
+    if s.stop:
+        sampling["stop"] = list(s.stop)
+    if s.stop_token_ids:
+        sampling["stop_token_ids"] = list(s.stop_token_ids)
+    if s.ignore_eos:
+        sampling["ignore_eos"] = True
+    body: Frame = {"token_ids": list(request.prompt_token_ids), "sampling": sampling}
+    if request.request_id:
+        body["request_id"] = request.request_id
+    if request.priority:
+        body["priority"] = request.priority
+    if request.hints is not None:
+        h = request.hints
+        body["hints"] = {
+            k: v
+            for k, v in (
+                ("turn", h.turn),
+                ("last_user_message", h.last_user_message),
+                ("last_message", h.last_message),
+            )
+            if v is not None
+        }
+    return body
+
+
+def _opt(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise WireError(f"{where}{key} must be a number")
+    if not isinstance(value, kind):
+        raise WireError(f"{where}{key} has the wrong type")
+    return value
+
+
+def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = data.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise WireError(f"{where}{key} must be a string or a list of strings")
+    return tuple(value)
+
+
+def _token_ids(value: Any, what: str) -> array[int]:
+    if not isinstance(value, list):
+        raise WireError(f"{what} must be a list of token ids")
+    try:
+        return array("I", value)  # C-speed check: integers in [0, 2**32)
+    except (TypeError, OverflowError) as exc:
+        raise WireError(f"{what} must be non-negative 32-bit integers") from exc
+
+
+_SAMPLING_KEYS = frozenset(
+    {
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "stop",
+        "stop_token_ids",
+        "ignore_eos",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+    }
+)
+
+
+def decode_request(data: Any) -> GenerateRequest:
+    if not isinstance(data, Mapping):
+        raise WireError("the request body must be an object")
+    unknown = set(data) - {"request_id", "token_ids", "sampling", "priority", "hints"}
+    if unknown:
+        raise WireError(f"unknown fields: {', '.join(sorted(map(str, unknown)))}")
+    if "token_ids" not in data:
+        raise WireError("token_ids is required")
+    ids = _token_ids(data["token_ids"], "token_ids")
+    rid = data.get("request_id") or ""
+    if not isinstance(rid, str) or len(rid) > 256:
+        raise WireError("request_id must be a string of at most 256 characters")
+    priority = _opt(data, "priority", int, "") or 0
+    raw = data.get("sampling") or {}
+    if not isinstance(raw, Mapping):
+        raise WireError("sampling must be an object")
+    unknown = set(raw) - _SAMPLING_KEYS
+    if unknown:
+        raise WireError(f"unknown sampling fields: {', '.join(sorted(map(str, unknown)))}")
+    num = (int, float)
+    w = "sampling."
+    max_tokens = _opt(raw, "max_tokens", int, w)
+    if max_tokens is None or max_tokens < 1:
+        raise WireError("sampling.max_tokens is required and must be at least 1")
+    ignore_eos = raw.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise WireError("sampling.ignore_eos must be a boolean")
+    sampling = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=_opt(raw, "temperature", num, w),
+        top_p=_opt(raw, "top_p", num, w),
+        top_k=_opt(raw, "top_k", int, w),
+        min_p=_opt(raw, "min_p", num, w),
+        seed=_opt(raw, "seed", int, w),
+        stop=_strings(raw, "stop", w),
+        stop_token_ids=tuple(_token_ids(raw.get("stop_token_ids") or [], "sampling.stop_token_ids")),
+        ignore_eos=ignore_eos,
+        presence_penalty=_opt(raw, "presence_penalty", num, w),
+        frequency_penalty=_opt(raw, "frequency_penalty", num, w),
+        repetition_penalty=_opt(raw, "repetition_penalty", num, w),
+    )
+    hints = None
+    raw_hints = data.get("hints")
+    if raw_hints is not None:
+        if not isinstance(raw_hints, Mapping):
+            raise WireError("hints must be an object")
+        unknown = set(raw_hints) - {"turn", "last_user_message", "last_message"}
+        if unknown:
+            raise WireError(f"unknown hints: {', '.join(sorted(map(str, unknown)))}")
+        turn = _opt(raw_hints, "turn", int, "hints.")
+        if turn is not None and turn < 1:
+            raise WireError("hints.turn must be at least 1")
+        hints = Hints(
+            turn,
+            _opt(raw_hints, "last_user_message", str, "hints."),
+            _opt(raw_hints, "last_message", str, "hints."),
+        )
+    return GenerateRequest(rid, ids, sampling, priority, hints)
+
+
+# --------------------------------------------------------------------------------------------------
+# Frames
+
+
+def step_to_frame(step: Step) -> Frame:
+    frame: Frame = {"token_ids": step.token_ids, "text": step.text}
+    if step.cached_tokens is not None:
+        frame["cached_tokens"] = step.cached_tokens
+    if step.finish_reason is not None:
+        frame["finish_reason"] = step.finish_reason
+        u = step.usage or Usage()
+        frame["usage"] = {
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+            "cached_tokens": u.cached_tokens,
+        }
+    return frame
+
+
+def error_frame(kind: str, message: str) -> Frame:
+    return {"error": {"type": kind, "message": message}}
+
+
+class StreamError(RuntimeError):
+    """The worker reported an error in the middle of a stream."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+def frame_to_step(frame: Frame) -> Step:
+    """Raises `StreamError` for an error frame, `WireError` for a malformed one."""
+    try:
+        if "error" in frame:
+            err = frame["error"]
+            raise StreamError(str(err.get("type", "error")), str(err.get("message", "")))
+        reason = frame.get("finish_reason")
+        usage = None
+        if reason is not None:
+            if reason not in FINISH_REASONS:
+                raise WireError(f"unknown finish_reason {reason!r}")
+            u = frame.get("usage") or {}
+            usage = Usage(
+                input_tokens=u.get("input_tokens", 0),
+                output_tokens=u.get("output_tokens", 0),
+                cached_tokens=u.get("cached_tokens", 0),
+            )
+        return Step(frame["token_ids"], frame["text"], frame.get("cached_tokens"), reason, usage)
+    except (KeyError, AttributeError, TypeError) as exc:
+        raise WireError(f"malformed frame: {frame!r}") from exc
+
+
+# --------------------------------------------------------------------------------------------------
+# Framings
+
+
+class FrameDecoder(Protocol):
+    def feed(self, data: bytes) -> list[Frame]: ...
+
+
+def _json_bytes(frame: Frame) -> bytes:
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def encode_frame(framing: Framing, frame: Frame) -> bytes:
+    if framing == "msgpack":
+        return msgpack.packb(frame)  # type: ignore[no-any-return]
+    if framing == "ndjson":
+        return _json_bytes(frame) + b"\n"
+    return b"data: " + _json_bytes(frame) + b"\n\n"
+
+
+class _LineDecoder:
+    def __init__(self, separator: bytes, prefix: bytes) -> None:
+        self._buf = b""
+        self._sep = separator
+        self._prefix = prefix
+
+    def feed(self, data: bytes) -> list[Frame]:
+        buf = self._buf + data
+        *records, self._buf = buf.split(self._sep)
+        frames = []
+        for record in records:
+            if not record.strip():
+                continue
+            if self._prefix:
+                # SSE: one `data:` line per event here; comments and other fields are skipped.
+                lines = [ln[len(self._prefix) :] for ln in record.split(b"\n") if ln.startswith(self._prefix)]
+                if not lines:
+                    continue
+                record = b"\n".join(lines)
+            try:
+                frames.append(json.loads(record))
+            except ValueError as exc:
+                raise WireError(f"malformed frame {record[:80]!r}") from exc
+        return frames
+
+
+class _MsgpackDecoder:
+    def __init__(self) -> None:
+        self._unpacker = msgpack.Unpacker(raw=False)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._unpacker.feed(data)
+        try:
+            return list(self._unpacker)
+        except ValueError as exc:
+            raise WireError("malformed msgpack frame") from exc
+
+
+def frame_decoder(framing: Framing) -> FrameDecoder:
+    if framing == "msgpack":
+        return _MsgpackDecoder()
+    if framing == "ndjson":
+        return _LineDecoder(b"\n", b"")
+    return _LineDecoder(b"\n\n", b"data: ")
+
+
+def framing_for_accept(accept: str | None) -> Framing:
+    """The framing an `Accept` header asks for (first known media type), else the default."""
+    if accept:
+        for part in accept.split(","):
+            media = part.split(";", 1)[0].strip().lower()
+            framing = _FRAMING_BY_MEDIA.get(media)
+            if framing is not None:
+                return framing
+    return DEFAULT_FRAMING
+
+
+def decode_body(content_type: str | None, body: bytes) -> Any:
+    """Parse a request body as msgpack or JSON (by Content-Type; JSON when absent)."""
+    media = (content_type or "application/json").split(";", 1)[0].strip().lower()
+    try:
+        if _FRAMING_BY_MEDIA.get(media) == "msgpack":
+            return msgpack.unpackb(body, raw=False)
+        if media in ("application/json", ""):
+            return json.loads(body)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise WireError(f"the request body is not valid {media}: {exc}") from exc
+    raise WireError(f"unsupported content type {media!r}; send application/json or application/x-msgpack")

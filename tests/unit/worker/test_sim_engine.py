@@ -1,0 +1,247 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentserve.worker.engine import (
+    AllCleared,
+    BlockStored,
+    DuplicateRequestError,
+    Engine,
+    EngineNotReadyError,
+    GenerateRequest,
+    Hints,
+    InvalidRequestError,
+    KvEvent,
+    SamplingParams,
+    Step,
+)
+from agentserve.worker.engines.sim import SimConfig, SimEngine
+from agentserve.worker.outputs import EchoPolicy, OutputContext, ScriptPolicy
+from agentserve.worker.scheduler import SchedulerConfig
+from agentserve.worker.tokenizer import HFTokenizer
+
+pytestmark = pytest.mark.anyio
+
+BS = 4
+PROMPT = list(range(1, 4 * BS + 3))
+HINTS = Hints(turn=1, last_user_message="hello there", last_message="hello there")
+
+
+def engine(tokenizer: HFTokenizer, speedup: float = 0, blocks: int = 256, **kw: object) -> SimEngine:
+    cfg = SimConfig(num_blocks=blocks, block_size=BS, speedup=speedup, scheduler=SchedulerConfig(**kw))  # type: ignore[arg-type]
+    return SimEngine(cfg, tokenizer)
+
+
+def req(rid: str, prompt: list[int] = PROMPT, max_tokens: int = 200, **kw: object) -> GenerateRequest:
+    return GenerateRequest(rid, prompt, SamplingParams(max_tokens=max_tokens, **kw), hints=HINTS)  # type: ignore[arg-type]
+
+
+async def collect(stream: object) -> list[Step]:
+    return [step async for step in stream]  # type: ignore[attr-defined]
+
+
+async def test_sim_engine_satisfies_the_protocol(tokenizer: HFTokenizer) -> None:
+    assert isinstance(engine(tokenizer), Engine)
+
+
+async def test_stream_is_the_echo_output_with_cached_tokens_first_and_usage_last(
+    tokenizer: HFTokenizer,
+) -> None:
+    eng = engine(tokenizer)
+    await eng.start()
+    try:
+        steps = await collect(eng.generate(req("a")))
+        expected = EchoPolicy().respond(OutputContext(1, "hello there", "hello there"))
+        assert "".join(s.text for s in steps) == expected
+        ids = [t for s in steps for t in s.token_ids]
+        assert tokenizer.decode(ids) == expected
+        assert steps[0].cached_tokens == 0
+        assert all(s.cached_tokens is None for s in steps[1:])
+        assert [s.finish_reason for s in steps[:-1]] == [None] * (len(steps) - 1)
+        last = steps[-1]
+        assert last.finish_reason == "stop"
+        assert last.usage is not None
+        assert (last.usage.input_tokens, last.usage.output_tokens) == (len(PROMPT), len(ids))
+        # The same prompt again: every full block comes from the cache.
+        again = await collect(eng.generate(req("b")))
+        assert again[0].cached_tokens == 4 * BS
+        assert again[-1].usage is not None and again[-1].usage.cached_tokens == 4 * BS
+        other = await collect(eng.generate(req("c", [999, *PROMPT[1:]])))
+        assert other[0].cached_tokens == 0
+        load = eng.load()
+        assert (load.prompt_tokens, load.cached_prompt_tokens) == (3 * len(PROMPT), 4 * BS)
+        assert load.requests_finished == 3 and load.running == 0 and load.kv_blocks_used == 0
+    finally:
+        await eng.stop()
+
+
+async def test_max_tokens_cuts_with_length_and_ignore_eos_fills_to_max(tokenizer: HFTokenizer) -> None:
+    eng = engine(tokenizer)
+    await eng.start()
+    try:
+        steps = await collect(eng.generate(req("a", max_tokens=3)))
+        assert sum(len(s.token_ids) for s in steps) == 3 and steps[-1].finish_reason == "length"
+        steps = await collect(eng.generate(req("b", max_tokens=500, ignore_eos=True)))
+        assert sum(len(s.token_ids) for s in steps) == 500 and steps[-1].finish_reason == "length"
+    finally:
+        await eng.stop()
+
+
+async def test_stop_strings_cut_the_output(tokenizer: HFTokenizer) -> None:
+    eng = engine(tokenizer)
+    await eng.start()
+    try:
+        steps = await collect(eng.generate(req("a", stop=("</think>",))))
+        assert "".join(s.text for s in steps) == "<think>\nThe user wrote 2 words. I will repeat it back.\n"
+        assert steps[-1].finish_reason == "stop"
+    finally:
+        await eng.stop()
+
+
+async def test_scripted_output_is_byte_exact(tokenizer: HFTokenizer) -> None:
+    raw = (
+        "<think>\nI should list the files — naïvely 😀.\n</think>\n\n"
+        '<tool_call>\n{"name": "ls", "arguments": {"path": "./ü"}}\n</tool_call>'
+    )
+    policy = ScriptPolicy.from_mapping({"rules": [{"turn": 1, "output": raw}]}, EchoPolicy())
+    eng = SimEngine(SimConfig(block_size=BS, speedup=0), tokenizer, policy)
+    await eng.start()
+    try:
+        steps = await collect(eng.generate(req("a")))
+        assert "".join(s.text for s in steps).encode() == raw.encode()
+        assert tokenizer.decode([t for s in steps for t in s.token_ids]) == raw
+    finally:
+        await eng.stop()
+
+
+async def test_without_hints_the_context_comes_from_the_decoded_prompt(tokenizer: HFTokenizer) -> None:
+    prompt_text = "<|im_start|>user\nping pong<|im_end|>\n<|im_start|>assistant\n"
+    eng = engine(tokenizer)
+    await eng.start()
+    try:
+        request = GenerateRequest("a", tokenizer.encode(prompt_text), SamplingParams(max_tokens=200))
+        text = "".join(s.text for s in await collect(eng.generate(request)))
+        assert text.endswith('You said: "ping pong"')
+    finally:
+        await eng.stop()
+
+
+async def test_abort_frees_blocks_and_ends_the_stream_with_abort(tokenizer: HFTokenizer) -> None:
+    eng = engine(tokenizer, speedup=1000)
+    await eng.start()
+    try:
+        stream = eng.generate(req("a", max_tokens=10_000, ignore_eos=True))
+        first = await stream.__anext__()
+        assert first.token_ids
+        assert eng.load().kv_blocks_used > 0
+        assert eng.abort("a") is True
+        assert eng.abort("a") is False
+        rest = await collect(stream)
+        assert rest[-1].finish_reason == "abort"
+        assert eng.load().kv_blocks_used == 0 and eng.load().requests_aborted == 1
+    finally:
+        await eng.stop()
+
+
+async def test_closing_the_stream_aborts_the_request(tokenizer: HFTokenizer) -> None:
+    eng = engine(tokenizer, speedup=1000)
+    await eng.start()
+    try:
+        stream = eng.generate(req("a", max_tokens=10_000, ignore_eos=True))
+        await stream.__anext__()
+        await stream.aclose()
+        assert eng.load().running == 0 and eng.load().kv_blocks_used == 0
+        with pytest.raises(StopAsyncIteration):
+            await stream.__anext__()
+    finally:
+        await eng.stop()
+
+
+async def test_requests_that_can_never_run_are_rejected_up_front(tokenizer: HFTokenizer) -> None:
+    eng = engine(tokenizer, blocks=4, max_num_tokens=8, chunked_prefill=False)
+    with pytest.raises(EngineNotReadyError):
+        eng.generate(req("a"))
+    await eng.start()
+    try:
+        with pytest.raises(InvalidRequestError, match="KV blocks"):
+            eng.generate(req("a", list(range(100))))
+        with pytest.raises(InvalidRequestError, match="max_num_tokens"):
+            eng.generate(req("a", list(range(12))))
+        with pytest.raises(InvalidRequestError, match="no tokens"):
+            eng.generate(req("a", []))
+        with pytest.raises(InvalidRequestError, match="max_tokens"):
+            eng.generate(req("a", [1], max_tokens=0))
+        eng.generate(req("a", [1, 2], max_tokens=10_000, ignore_eos=True))
+        with pytest.raises(DuplicateRequestError):
+            eng.generate(req("a", [1, 2]))
+    finally:
+        await eng.stop()
+
+
+async def test_kv_events_arrive_in_order_without_gaps_and_match_the_snapshot(tokenizer: HFTokenizer) -> None:
+    eng = engine(tokenizer, blocks=24)
+    sub = eng.kv_events()
+    await eng.start()
+    events: list[KvEvent] = []
+
+    async def drain() -> None:
+        async for batch in sub:
+            events.extend(batch)
+
+    task = asyncio.create_task(drain())
+    try:
+        for i in range(20):
+            prompt = [i * 1000 + t for t in range(3 * BS + 1)]
+            await collect(eng.generate(req(f"r{i}", prompt, max_tokens=2 * BS, ignore_eos=True)))
+        await asyncio.sleep(0)
+        assert isinstance(events[0], AllCleared)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        stored = {h for e in events if isinstance(e, BlockStored) for h in e.block_hashes}
+        removed = {h for e in events if not isinstance(e, BlockStored | AllCleared) for h in e.block_hashes}
+        assert removed  # 20 prompts × 5 blocks do not fit in 24 blocks
+        snap = eng.kv_snapshot()
+        assert snap.seq == events[-1].seq
+        # Replaying the events gives the snapshot.
+        held: set[int] = set()
+        for e in events:
+            if isinstance(e, AllCleared):
+                held.clear()
+            elif isinstance(e, BlockStored):
+                held.update(e.block_hashes)
+            else:
+                held.difference_update(e.block_hashes)
+        assert held == set(snap.block_hashes) and held <= stored
+    finally:
+        await eng.stop()
+        await task
+
+
+async def test_timing_model_paces_iterations(tokenizer: HFTokenizer) -> None:
+    # 20 tokens at ~4 ms each, 10x faster: about 8 ms in all; zero-time is much faster.
+    slow = engine(tokenizer, speedup=10)
+    fast = engine(tokenizer, speedup=float("inf"))
+    loop = asyncio.get_running_loop()
+    durations = []
+    for eng in (slow, fast):
+        await eng.start()
+        t0 = loop.time()
+        await collect(eng.generate(req("a", max_tokens=20, ignore_eos=True)))
+        durations.append(loop.time() - t0)
+        await eng.stop()
+    assert durations[0] >= 20 * 4e-3 / 10 * 0.9
+    assert durations[1] < durations[0]
+
+
+async def test_a_lagging_consumer_gets_merged_steps(tokenizer: HFTokenizer) -> None:
+    eng = engine(tokenizer)
+    await eng.start()
+    try:
+        stream = eng.generate(req("a", max_tokens=300, ignore_eos=True))
+        await asyncio.sleep(0.05)  # let the zero-time engine run ahead
+        steps = await collect(stream)
+        assert len(steps) < 300
+        assert sum(len(s.token_ids) for s in steps) == 300
+    finally:
+        await eng.stop()

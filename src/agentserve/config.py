@@ -85,6 +85,12 @@ class RouterConfig(_Config):
     discovery: Literal["static", "kubernetes"] = Field("static", description="how workers are found")
     worker_service: str | None = Field(None, description="Kubernetes Service of the workers")
     namespace: str | None = Field(None, description="namespace of the worker Service")
+    max_inflight_per_worker: int = Field(
+        256, ge=1, description="requests a worker may run before new ones wait in the priority queue"
+    )
+    queue_max: int = Field(
+        10_000, ge=1, description="waiting requests beyond which the API answers overloaded"
+    )
 
 
 class WorkerConfig(_Config):

@@ -287,7 +287,8 @@ MAPPINGS: tuple[Mapping, ...] = (
 # Config keys no spec field sets: the component's default is what a cluster wants.
 COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
     "frontend": frozenset({"host", "hash_seed"}),
-    "router": frozenset({"host", "workers"}),
+    # Queue limits: the defaults match the workers' default batch size.
+    "router": frozenset({"host", "workers", "max_inflight_per_worker", "queue_max"}),
     "worker": frozenset(
         {
             "host",

@@ -1,0 +1,153 @@
+"""The router's state machine, without transport: KV index + placement + admission queue.
+
+`RouterCore` is what both deployments share. Embedded in the frontend (`agentserve up`), it is fed
+KV events straight from in-process engines; as the router service, from the workers' ZeroMQ
+sockets, and frontends reach it over its route API (`RouterClient`). Either way callers see the
+`Router` protocol: `route` a request (waiting in the priority queue while every worker is
+saturated), `finish` it, and report a worker that failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentserve.config import RouterConfig
+from agentserve.router.index import IndexStats, KvIndex
+from agentserve.router.placement import Decision, NoWorkerError, Placement, RouteRequest
+from agentserve.router.queue import AdmissionQueue
+from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, KvEvent, KvSnapshot
+
+
+class Router(Protocol):
+    """What a frontend needs from a router, in-process or remote."""
+
+    async def route(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision: ...
+
+    async def finish(self, decision: Decision) -> None: ...
+
+    async def worker_failed(self, worker: str) -> None: ...
+
+
+class OverloadedError(RuntimeError):
+    """The admission queue is full: the API answers 529 / 503 with a retry hint."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterStats:
+    index: IndexStats
+    workers: int
+    queued: int
+    decisions: int
+    resyncs: int
+
+
+class RouterCore:
+    """Routing state for one set of workers. Not thread-safe: use from one event loop."""
+
+    def __init__(self, config: RouterConfig, placement: Placement | None = None) -> None:
+        self.config = config
+        self.index = KvIndex()
+        self.placement = placement or Placement(config)
+        self._workers: list[str] = []
+        self._queue: AdmissionQueue[asyncio.Future[None]] = AdmissionQueue(config.queue_max)
+        self.decisions = 0
+        self.resyncs = 0
+
+    # -- membership --------------------------------------------------------------------------------
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return tuple(self._workers)
+
+    def add_worker(self, worker: str) -> None:
+        if worker not in self._workers:
+            self._workers.append(worker)
+            self.index.add_worker(worker)
+            self._admit_waiting()
+
+    def remove_worker(self, worker: str) -> None:
+        """Forget a worker that left or failed: its blocks and in-flight load are purged."""
+        if worker in self._workers:
+            self._workers.remove(worker)
+        self.index.remove_worker(worker)
+        self.placement.forget_worker(worker)
+
+    # -- KV events ---------------------------------------------------------------------------------
+
+    def apply_events(self, worker: str, events: Iterable[KvEvent]) -> bool:
+        """Apply a worker's events in order; False when a sequence gap means it needs `resync`."""
+        index = self.index
+        for event in events:
+            if not index.check_sequence(worker, event.seq):
+                return False
+            if isinstance(event, BlockStored):
+                index.stored(worker, event.block_hashes)
+            elif isinstance(event, BlockRemoved):
+                index.removed(worker, event.block_hashes)
+            elif isinstance(event, AllCleared):
+                index.clear(worker)
+        return True
+
+    def resync(self, worker: str, snapshot: KvSnapshot) -> None:
+        self.index.resync(worker, snapshot.block_hashes, snapshot.seq)
+        self.resyncs += 1
+
+    # -- Router protocol ---------------------------------------------------------------------------
+
+    async def route(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision:
+        while self._saturated(exclude):
+            if not [w for w in self._workers if w not in exclude]:
+                raise NoWorkerError("no worker available")
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            try:
+                entry = self._queue.push(waiter, request.priority)
+            except OverflowError as exc:
+                raise OverloadedError("all workers are saturated and the queue is full") from exc
+            try:
+                await waiter
+            finally:
+                self._queue.cancel(entry)
+        return self.decide(request, exclude)
+
+    def decide(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision:
+        """Place now, ignoring saturation (the route API and benchmarks use it directly)."""
+        overlaps = self.index.overlaps(request.block_hashes) if self.config.policy == "kv" else {}
+        decision = self.placement.choose(request, self._workers, overlaps, exclude)
+        self.decisions += 1
+        return decision
+
+    async def finish(self, decision: Decision) -> None:
+        self.placement.finish(decision.ticket)
+        self._admit_waiting()
+
+    async def worker_failed(self, worker: str) -> None:
+        self.remove_worker(worker)
+        self._admit_waiting()
+
+    def stats(self) -> RouterStats:
+        return RouterStats(
+            self.index.stats(), len(self._workers), len(self._queue), self.decisions, self.resyncs
+        )
+
+    # -- saturation --------------------------------------------------------------------------------
+
+    def _saturated(self, exclude: frozenset[str]) -> bool:
+        limit = self.config.max_inflight_per_worker
+        candidates: Sequence[str] = [w for w in self._workers if w not in exclude]
+        return not candidates or all(self.placement.inflight(w) >= limit for w in candidates)
+
+    def _admit_waiting(self) -> None:
+        # Wake waiters while some worker has room; each re-checks and re-queues if it lost the race.
+        room = sum(
+            max(0, self.config.max_inflight_per_worker - self.placement.inflight(w)) for w in self._workers
+        )
+        while room > 0:
+            waiter = self._queue.pop()
+            if waiter is None:
+                return
+            if not waiter.done():
+                waiter.set_result(None)
+                room -= 1

@@ -1,0 +1,207 @@
+"""Generating a request on a routed worker, with failover: the frontend's one call into the backend.
+
+`Dispatcher.generate` asks the router for a worker, opens the stream there, and hands back a
+`DispatchedStream` of engine `Step`s. If the worker fails before the first token was streamed, the
+worker is reported to the router (which purges it) and the request is retried elsewhere; once a
+token went out, a failure ends the stream with `WorkerLostError`, which the API layer turns into
+its own error event. When the stream ends, however it ends, the router is told so its load
+accounting stays right.
+
+Workers are reached through `WorkerTransport`s: an in-process engine (`EngineTransport`) or a
+`WorkerClient` over HTTP (`ClientTransport`), chosen by the deployment, invisible to the frontend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentserve.router.core import Router
+from agentserve.router.placement import Decision, NoWorkerError, RouteRequest
+from agentserve.worker.engine import (
+    Engine,
+    EngineError,
+    GenerateRequest,
+    InvalidRequestError,
+    Step,
+    StepStream,
+)
+
+log = logging.getLogger(__name__)
+
+
+class WorkerTransport(Protocol):
+    async def open(self, request: GenerateRequest) -> StepStream: ...
+
+
+class EngineTransport:
+    """A worker that is an engine in this process."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def open(self, request: GenerateRequest) -> StepStream:
+        return self.engine.generate(request)
+
+
+class _Client(Protocol):
+    async def generate(self, request: GenerateRequest) -> StepStream: ...
+
+
+class ClientTransport:
+    """A worker reached over the network (`agentserve.worker.client.WorkerClient`)."""
+
+    def __init__(self, client: _Client) -> None:
+        self.client = client
+
+    async def open(self, request: GenerateRequest) -> StepStream:
+        return await self.client.generate(request)
+
+
+class WorkerLostError(RuntimeError):
+    """The worker failed after output was already streamed: the request cannot be retried."""
+
+
+class NoCapacityError(RuntimeError):
+    """No worker could take the request (none registered, or every attempt failed)."""
+
+
+# Failures that mean "this worker is gone", as opposed to "this request is bad".
+_WORKER_FAILURES: tuple[type[BaseException], ...] = (
+    OSError,
+    ConnectionError,
+    EngineError,
+    asyncio.TimeoutError,
+)
+
+
+@dataclass(slots=True)
+class Attempt:
+    worker: str
+    error: str
+
+
+class DispatchedStream:
+    """Steps of one request, on whichever worker ended up serving it."""
+
+    def __init__(self, dispatcher: Dispatcher, request: GenerateRequest, route: RouteRequest) -> None:
+        self._dispatcher = dispatcher
+        self._request = request
+        self._route = route
+        self._stream: StepStream | None = None
+        self._decision: Decision | None = None
+        self._streamed = False
+        self._closed = False
+        self.attempts: list[Attempt] = []
+
+    @property
+    def decision(self) -> Decision:
+        if self._decision is None:
+            raise RuntimeError("the stream is not open yet")
+        return self._decision
+
+    async def open(self) -> None:
+        """Route and open the stream (retrying on other workers); raises NoCapacityError."""
+        exclude: set[str] = set()
+        for _ in range(self._dispatcher.max_attempts):
+            try:
+                decision = await self._dispatcher.router.route(self._route, frozenset(exclude))
+            except NoWorkerError as exc:
+                raise NoCapacityError(self._failure_summary(str(exc))) from exc
+            transport = self._dispatcher.workers().get(decision.worker)
+            if transport is None:
+                await self._fail_worker(decision, exclude, "worker is not registered")
+                continue
+            try:
+                self._stream = await transport.open(self._request)
+            except InvalidRequestError:
+                await self._dispatcher.router.finish(decision)
+                raise
+            except _WORKER_FAILURES as exc:
+                await self._fail_worker(decision, exclude, repr(exc))
+                continue
+            self._decision = decision
+            return
+        raise NoCapacityError(self._failure_summary("every attempt failed"))
+
+    def __aiter__(self) -> AsyncIterator[Step]:
+        return self._steps()
+
+    async def _steps(self) -> AsyncIterator[Step]:
+        if self._stream is None:
+            await self.open()
+        try:
+            while True:
+                assert self._stream is not None
+                try:
+                    step = await self._stream.__anext__()
+                except StopAsyncIteration:
+                    return
+                except InvalidRequestError:
+                    raise
+                except _WORKER_FAILURES as exc:
+                    if self._streamed:
+                        await self._dispatcher.router.worker_failed(self.decision.worker)
+                        raise WorkerLostError(
+                            f"worker {self.decision.worker} failed mid-stream: {exc!r}"
+                        ) from exc
+                    # Nothing reached the client yet: retry transparently on another worker.
+                    exclude = {a.worker for a in self.attempts}
+                    await self._fail_worker(self.decision, exclude, repr(exc))
+                    self._stream = None
+                    await self.open()
+                    continue
+                if step.token_ids or step.text:
+                    self._streamed = True
+                yield step
+                if step.finish_reason is not None:
+                    return
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._stream is not None:
+            with contextlib.suppress(*_WORKER_FAILURES):
+                await self._stream.aclose()  # aborts the engine request if it is still running
+        if self._decision is not None:
+            await self._dispatcher.router.finish(self._decision)
+
+    async def _fail_worker(self, decision: Decision, exclude: set[str], error: str) -> None:
+        log.warning("worker %s failed before streaming (%s); retrying elsewhere", decision.worker, error)
+        self.attempts.append(Attempt(decision.worker, error))
+        exclude.add(decision.worker)
+        await self._dispatcher.router.finish(decision)
+        await self._dispatcher.router.worker_failed(decision.worker)
+        self._dispatcher.on_worker_failed(decision.worker)
+
+    def _failure_summary(self, reason: str) -> str:
+        tried = ", ".join(f"{a.worker} ({a.error})" for a in self.attempts)
+        return f"{reason}; tried: {tried}" if tried else reason
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        router: Router,
+        workers: Callable[[], Mapping[str, WorkerTransport]],
+        *,
+        max_attempts: int = 3,
+        on_worker_failed: Callable[[str], None] = lambda worker: None,
+    ) -> None:
+        self.router = router
+        self.workers = workers  # current transports by worker id (discovery may change them)
+        self.max_attempts = max_attempts
+        self.on_worker_failed = on_worker_failed
+
+    async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
+        """Route and open `request`; iterate the result for steps. Raises NoCapacityError."""
+        stream = DispatchedStream(self, request, route)
+        await stream.open()
+        return stream

@@ -70,6 +70,36 @@ class FrontendConfig(PromptConfig):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
     api_keys_file: str | None = Field(None, description="file with one accepted API key per line")
     trace_sink: str | None = Field(None, description="JSONL trace file (rotated, gzip); none by default")
+    model_aliases: list[str] = Field(
+        default_factory=list, description="more model ids listed in the catalogs (e.g. claude-… for pickers)"
+    )
+    accept_any_model: bool = Field(
+        True, description="serve requests naming any model with the served model (harnesses send their own)"
+    )
+    signing_key_file: str | None = Field(
+        None, description="key for thinking signatures and sealed reasoning (replicas must share one)"
+    )
+    ping_interval_s: float = Field(
+        10.0, ge=0, description="keep-alive ping on idle streams every N seconds (0: never)"
+    )
+    worker_urls: list[str] = Field(
+        default_factory=list, description="worker URLs for the embedded router (http://host:port)"
+    )
+    call_memory_turns: int = Field(4096, ge=1, description="assistant turns kept to restore client edits")
+    response_store_size: int = Field(1024, ge=1, description="stored responses for previous_response_id")
+
+
+class UpConfig(FrontendConfig):
+    """`agentserve up`: the frontend, an embedded router and in-process sim workers on one port."""
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    model: str = Field("qwen3-sim", description="model name served to clients (its family: qwen3)")
+    workers: int = Field(2, ge=1, le=64, description="in-process sim workers")
+    script: str | None = Field(None, description="scenario file of scripted raw outputs (sim_script)")
+    sim_speedup: float = Field(
+        1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
+    )
+    sim_kv_blocks: int = Field(32768, ge=1, description="KV cache size of each sim worker, in blocks")
 
 
 class RouterConfig(_Config):

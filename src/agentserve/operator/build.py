@@ -286,7 +286,21 @@ MAPPINGS: tuple[Mapping, ...] = (
 
 # Config keys no spec field sets: the component's default is what a cluster wants.
 COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
-    "frontend": frozenset({"host", "hash_seed"}),
+    "frontend": frozenset(
+        {
+            "host",
+            "hash_seed",
+            # Serving details with working defaults; the keys that replicas must share
+            # (signing_key_file) and the embedded router's worker list come with their spec fields.
+            "model_aliases",
+            "accept_any_model",
+            "signing_key_file",
+            "ping_interval_s",
+            "worker_urls",
+            "call_memory_turns",
+            "response_store_size",
+        }
+    ),
     # Queue limits: the defaults match the workers' default batch size.
     "router": frozenset({"host", "workers", "max_inflight_per_worker", "queue_max"}),
     "worker": frozenset(

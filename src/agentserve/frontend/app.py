@@ -1,0 +1,362 @@
+"""The HTTP frontend: the three agent APIs, model discovery, health and metrics (FastAPI).
+
+Routes are thin: each reads the body (size-limited), checks the API key, decodes with the API's
+codec and hands over to `service.Frontend`. Every error a client can cause is answered in the
+API's own shape and status (`http.error_response`); anything unexpected is logged with its
+traceback here and answered as the API's 500 (`api_error` / `server_error`) with the request id.
+Request bodies are documented in `/openapi.json` as free-form JSON objects: the codecs validate
+them (and answer 400 in the API's shape), never FastAPI's 422.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agentserve import __version__
+from agentserve.api.catalog import anthropic_model, anthropic_models, codex_catalog, find_model, openai_model
+from agentserve.api.catalog import openai_models as openai_model_list
+from agentserve.api.errors import (
+    ApiError,
+    ContextLengthError,
+    InternalError,
+    InvalidRequestError,
+    NotFoundError,
+    RequestTooLargeError,
+)
+from agentserve.api.signing import Signer
+from agentserve.config import ApiName, FrontendConfig
+from agentserve.frontend.backend import Backend
+from agentserve.frontend.betas import BetaLog
+from agentserve.frontend.http import (
+    ApiKeys,
+    DeferredResponse,
+    EventStreamResponse,
+    error_kind_for,
+    error_response,
+    id_headers,
+    json_response,
+    new_request_id,
+    parse_json,
+    read_body,
+)
+from agentserve.frontend.metrics import FrontendMetrics
+from agentserve.frontend.service import Frontend
+from agentserve.frontend.surfaces import SURFACES, AnthropicSurface
+from agentserve.prompt.pipeline import PromptPipeline
+
+log = logging.getLogger("agentserve.frontend")
+
+_JSON_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object", "additionalProperties": True}}},
+    }
+}
+
+
+def _responses(stream: bool) -> dict[int | str, dict[str, Any]]:
+    ok: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
+    if stream:
+        ok["text/event-stream"] = {"schema": {"type": "string"}}
+    desc = "the API's response (server-sent events when `stream` is true)" if stream else "the API's response"
+    return {
+        200: {"description": desc, "content": ok},
+        "4XX": {"description": "an error in the API's own shape"},
+        "5XX": {"description": "overloaded or internal error, in the API's own shape"},
+    }
+
+
+def _spec(stream: bool = True) -> dict[str, Any]:
+    return {"openapi_extra": _JSON_BODY, "responses": _responses(stream)}
+
+
+def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiName) -> Any:
+    surface = SURFACES[api]
+    config = frontend.config
+
+    async def route(request: Request) -> Response:
+        started = time.perf_counter()
+        request_id = new_request_id()
+        headers = request.headers
+        frontend.metrics.started(api)
+        stream = False
+        try:
+            scope = keys.check(headers)
+            if api == "anthropic":
+                betas.note(headers.getlist("anthropic-beta"))
+            body = parse_json(await read_body(request, config.max_body_bytes))
+            decoded = surface.decode(body, frontend.ctx, scope or "")
+            stream = decoded.options.stream
+            prepared = frontend.prepare(
+                surface, decoded, headers, scope=scope or "", request_id=request_id, started_at=started
+            )
+            gen = await frontend.open(prepared)
+        except ApiError as error:
+            frontend.record_rejected(api, "client_error" if error.status < 500 else "server_error", started)
+            if stream and api == "responses" and isinstance(error, ContextLengthError):
+                # Codex reads context overflow from `response.failed` (then compacts), not a status.
+                writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
+                return _one_shot_stream(writer.error(error), request_id)
+            return error_response(
+                error, surface.error_kind, request_id, close=isinstance(error, RequestTooLargeError)
+            )
+        except Exception:
+            log.exception("%s: %s request failed", request_id, api)
+            frontend.record_rejected(api, "server_error", started)
+            return error_response(
+                InternalError(f"internal error (request {request_id})"), surface.error_kind, request_id
+            )
+
+        out_headers = id_headers(request_id)
+        if stream:
+            writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
+            return EventStreamResponse(
+                frontend.stream(prepared, gen, writer),
+                headers=out_headers,
+                ping=writer.ping,
+                ping_interval=config.ping_interval_s,
+                on_disconnect=gen.aclose,
+            )
+
+        async def produce() -> Response:
+            try:
+                body = await frontend.complete(prepared, gen)
+            except ApiError as error:
+                return error_response(error, surface.error_kind, request_id)
+            except Exception:
+                log.exception("%s: %s request failed", request_id, api)
+                return error_response(
+                    InternalError(f"internal error (request {request_id})"), surface.error_kind, request_id
+                )
+            return json_response(body, headers=out_headers)
+
+        return DeferredResponse(produce, gen.aclose)
+
+    return route
+
+
+def _one_shot_stream(frames: bytes, request_id: str) -> Response:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield frames
+
+    async def nothing() -> None:
+        return None
+
+    return EventStreamResponse(
+        chunks(), headers=id_headers(request_id), ping=lambda: b"", ping_interval=0, on_disconnect=nothing
+    )
+
+
+def create_app(
+    config: FrontendConfig,
+    backend: Backend,
+    *,
+    pipeline: PromptPipeline | None = None,
+    signer: Signer | None = None,
+    keys: ApiKeys | None = None,
+) -> FastAPI:
+    """The frontend app over `backend` (started and stopped with the app's lifespan)."""
+    pipeline = pipeline or PromptPipeline.from_config(config)
+    frontend = Frontend(
+        config, backend, pipeline, signer=signer or Signer.random(), metrics=FrontendMetrics()
+    )
+    keys = keys if keys is not None else ApiKeys.load(config.api_keys_file)
+    betas = BetaLog()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await backend.start()
+        try:
+            yield
+        finally:
+            await backend.stop()
+
+    app = FastAPI(
+        title="agentserve",
+        version=__version__,
+        description="Anthropic Messages, OpenAI Chat Completions and Responses over self-hosted models.",
+        lifespan=lifespan,
+    )
+    app.state.frontend = frontend
+
+    def kind(request: Request) -> str:
+        return error_kind_for(request.url.path, request.headers)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        rid = new_request_id()
+        error: ApiError
+        if exc.status_code == 404:
+            error = NotFoundError(f"{request.method} {request.url.path} is not an endpoint of this server")
+        elif exc.status_code == 405:
+            error = InvalidRequestError(f"method {request.method} is not allowed on {request.url.path}")
+        else:
+            error = InvalidRequestError(str(exc.detail))
+        response = error_response(error, kind(request), rid)  # type: ignore[arg-type]
+        if exc.status_code == 405:
+            response.status_code = 405
+        return response
+
+    async def validation_error(request: Request, exc: Exception) -> Response:
+        return error_response(InvalidRequestError(str(exc)), kind(request), new_request_id())  # type: ignore[arg-type]
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        rid = new_request_id()
+        log.error("%s: unhandled error on %s %s", rid, request.method, request.url.path, exc_info=exc)
+        return error_response(InternalError(f"internal error (request {rid})"), kind(request), rid)  # type: ignore[arg-type]
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, internal_error)
+
+    # -- the agent APIs ----------------------------------------------------------------------------
+
+    enabled = set(config.apis)
+    summaries: dict[ApiName, tuple[str, str]] = {
+        "anthropic": ("/v1/messages", "Anthropic Messages: create a message"),
+        "chat": ("/v1/chat/completions", "OpenAI Chat Completions"),
+        "responses": ("/v1/responses", "OpenAI Responses"),
+    }
+    for api, (path, summary) in summaries.items():
+        if api in enabled:
+            app.add_api_route(
+                path,
+                _generate_route(frontend, keys, betas, api),
+                methods=["POST"],
+                summary=summary,
+                tags=[api],
+                **_spec(),
+            )
+
+    if "anthropic" in enabled:
+        anthropic_surface = SURFACES["anthropic"]
+        assert isinstance(anthropic_surface, AnthropicSurface)
+
+        @app.post(
+            "/v1/messages/count_tokens",
+            summary="Anthropic: count input tokens",
+            tags=["anthropic"],
+            **_spec(False),
+        )
+        async def count_tokens(request: Request) -> Response:
+            rid = new_request_id()
+            try:
+                scope = keys.check(request.headers)
+                betas.note(request.headers.getlist("anthropic-beta"))
+                body = parse_json(await read_body(request, config.max_body_bytes))
+                decoded = anthropic_surface.decode_count_tokens(body, frontend.ctx, scope or "")
+                frontend.check_model(decoded.options.model)
+                tokens = len(frontend.render(decoded).token_ids)
+            except ApiError as error:
+                return error_response(error, "anthropic", rid, close=isinstance(error, RequestTooLargeError))
+            except Exception:
+                log.exception("%s: count_tokens failed", rid)
+                return error_response(InternalError(f"internal error (request {rid})"), "anthropic", rid)
+            return json_response({"input_tokens": tokens}, headers=id_headers(rid))
+
+    # -- model discovery ---------------------------------------------------------------------------
+
+    def wants_anthropic(request: Request) -> bool:
+        return "anthropic-version" in request.headers
+
+    @app.get(
+        "/v1/models",
+        summary="List models (Anthropic shape with anthropic-version, else OpenAI + Codex)",
+        tags=["models"],
+    )
+    async def list_models(
+        request: Request, limit: str | None = None, after_id: str | None = None, before_id: str | None = None
+    ) -> Response:
+        rid = new_request_id()
+        shape = "anthropic" if wants_anthropic(request) else "openai"
+        try:
+            keys.check(request.headers)
+            if shape == "anthropic":
+                body = anthropic_models(
+                    frontend.models, limit=_limit(limit), after_id=after_id, before_id=before_id
+                )
+            else:
+                body = openai_model_list(frontend.models, codex=config.codex_catalog)
+        except ApiError as error:
+            return error_response(error, shape, rid)  # type: ignore[arg-type]
+        return json_response(body, headers=id_headers(rid))
+
+    @app.get("/v1/models/{model_id:path}", summary="One model (Anthropic or OpenAI shape)", tags=["models"])
+    async def get_model(request: Request, model_id: str) -> Response:
+        rid = new_request_id()
+        shape = "anthropic" if wants_anthropic(request) else "openai"
+        try:
+            keys.check(request.headers)
+            facts = find_model(frontend.models, model_id)
+        except ApiError as error:
+            return error_response(error, shape, rid)  # type: ignore[arg-type]
+        body = anthropic_model(facts, model_id) if shape == "anthropic" else openai_model(facts, model_id)
+        return json_response(body, headers=id_headers(rid))
+
+    if config.codex_catalog:
+
+        @app.get(
+            "/backend-api/codex/models",
+            summary="Codex model catalog ({models: [ModelInfo]})",
+            tags=["models"],
+        )
+        async def codex_models(request: Request) -> Response:
+            rid = new_request_id()
+            try:
+                keys.check(request.headers)
+            except ApiError as error:
+                return error_response(error, "openai", rid)
+            return json_response(codex_catalog(frontend.models), headers=id_headers(rid))
+
+    # -- operations --------------------------------------------------------------------------------
+
+    @app.api_route(
+        "/", methods=["GET", "HEAD"], summary="Service identity (Claude Code probes HEAD /)", tags=["ops"]
+    )
+    async def root() -> Response:
+        return json_response(
+            {"name": "agentserve", "version": __version__, "models": [m.id for m in frontend.models]}
+        )
+
+    @app.get("/health", summary="Liveness", tags=["ops"])
+    async def health() -> Response:
+        return json_response({"status": "ok"})
+
+    @app.get("/ready", summary="Readiness: at least one worker takes requests", tags=["ops"])
+    async def ready() -> Response:
+        body = {"ready": backend.ready, **backend.describe()}
+        return json_response(body, 200 if backend.ready else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", tags=["ops"])
+    async def metrics() -> Response:
+        data, content_type = frontend.metrics.exposition()
+        return Response(data, media_type=content_type)
+
+    return app
+
+
+def _limit(value: str | None) -> int:
+    if value is None:
+        return 20
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidRequestError("must be an integer", param="limit") from None
+
+
+def frontend_of(app: FastAPI) -> Frontend:
+    frontend: Frontend = app.state.frontend
+    return frontend
+
+
+__all__ = ["create_app", "frontend_of"]

@@ -1,0 +1,109 @@
+"""What the frontend generates on: a dispatcher over routed workers, with a lifecycle.
+
+`Backend` is the frontend's one dependency on the rest of the stack. `EngineBackend` is the
+embedded deployment (`agentserve up`, tests, benchmarks): engines in this process, an embedded
+`RouterCore` fed their KV events by one task per engine, and a `Dispatcher` over
+`EngineTransport`s. The network deployments plug in the same way (see `remote.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from agentserve.config import RouterConfig
+from agentserve.router.core import RouterCore
+from agentserve.router.dispatch import DispatchedStream, Dispatcher, EngineTransport, WorkerTransport
+from agentserve.router.placement import RouteRequest
+from agentserve.worker.engine import Engine, GenerateRequest, KvEvent
+
+log = logging.getLogger("agentserve.frontend")
+
+
+class Backend(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    @property
+    def ready(self) -> bool:
+        """At least one worker can take requests."""
+        ...
+
+    async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
+        """Route and open a request (raises `NoCapacityError`, the router's `OverloadedError`, or
+        the engine's `InvalidRequestError`)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """A small JSON summary for `/ready` (workers, router state)."""
+        ...
+
+
+class EngineBackend:
+    """Engines in this process behind an embedded router (`agentserve up`)."""
+
+    def __init__(
+        self,
+        engines: Mapping[str, Engine],
+        router_config: RouterConfig | None = None,
+        *,
+        max_attempts: int = 3,
+    ) -> None:
+        self.engines = dict(engines)
+        self.router = RouterCore(router_config or RouterConfig.model_validate({}))
+        self._transports: dict[str, WorkerTransport] = {
+            w: EngineTransport(e) for w, e in self.engines.items()
+        }
+        self.dispatcher = Dispatcher(self.router, lambda: self._transports, max_attempts=max_attempts)
+        self._feeds: list[asyncio.Task[None]] = []
+        self._started = False
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        for worker, engine in self.engines.items():
+            # Subscribe before the engine starts, so its first event (`cleared`, seq 1) is seen.
+            events = engine.kv_events()
+            await engine.start()
+            self.router.add_worker(worker)
+            self._feeds.append(asyncio.create_task(self._feed(worker, engine, events), name=f"kv-{worker}"))
+
+    async def _feed(self, worker: str, engine: Engine, events: Any) -> None:
+        batch: list[KvEvent]
+        async for batch in events:
+            if not self.router.apply_events(worker, batch):
+                log.info("KV events of %s skipped a sequence number; resyncing from its snapshot", worker)
+                self.router.resync(worker, engine.kv_snapshot())
+
+    async def stop(self) -> None:
+        for task in self._feeds:
+            task.cancel()
+        for task in self._feeds:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._feeds.clear()
+        for engine in self.engines.values():
+            await engine.stop()
+        self._started = False
+
+    @property
+    def ready(self) -> bool:
+        return any(self.engines[w].ready for w in self.router.workers if w in self.engines)
+
+    async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
+        return await self.dispatcher.generate(request, route)
+
+    def describe(self) -> dict[str, Any]:
+        stats = self.router.stats()
+        return {
+            "router": "embedded",
+            "workers": {w: {"ready": e.ready} for w, e in self.engines.items()},
+            "routed_workers": len(self.router.workers),
+            "queued": stats.queued,
+            "decisions": stats.decisions,
+        }

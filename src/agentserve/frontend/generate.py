@@ -1,0 +1,164 @@
+"""One dispatched request: engine steps → stop strings → the family's parser → OutputEvents.
+
+The hot path of the frontend. Per engine step: match stop strings (only when the request has any),
+feed the text to the family's parser (the one owner of reasoning and tool parsing), count tokens,
+hand the events to the caller. At the end: what the stop matcher held, the parser's `close()`, and
+`Finish` with the usage the APIs report (prompt tokens, the first step's prefix-cache hits, output
+and reasoning tokens).
+
+Reasoning tokens: a step's tokens go to reasoning in proportion to the reasoning characters among
+the content characters its events carry (a step may hold many tokens when the consumer lags); a
+step whose text the parser held back counts for the kind of output in progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from agentserve.conversation import (
+    Finish,
+    FinishReason,
+    OutputEvent,
+    ReasoningDelta,
+    ReasoningEnd,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallStart,
+    Usage,
+)
+from agentserve.frontend.stops import StopMatcher
+from agentserve.parsing.stream import OutputParser
+from agentserve.router.dispatch import DispatchedStream
+
+
+class Generation:
+    __slots__ = (
+        "_discard",
+        "_in_reasoning",
+        "_keep_ids",
+        "_parser",
+        "_stops",
+        "cached_tokens",
+        "finish",
+        "generated",
+        "output_tokens",
+        "prompt_tokens",
+        "reasoning_tokens",
+        "started",
+        "stop_sequence",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        stream: DispatchedStream,
+        parser: OutputParser,
+        *,
+        prompt_tokens: int,
+        starts_in_reasoning: bool = False,
+        stops: tuple[str, ...] = (),
+        discard_output: bool = False,
+        keep_token_ids: bool = False,
+    ) -> None:
+        self.stream = stream
+        self._parser = parser
+        self._stops = StopMatcher(stops) if stops else None
+        self._discard = discard_output  # max_tokens 0: prefill (warm the cache), answer nothing
+        self._keep_ids = keep_token_ids
+        self._in_reasoning = starts_in_reasoning
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = 0
+        self.output_tokens = 0
+        self.reasoning_tokens = 0
+        self.generated: list[int] = []  # output token ids, for the session's drift detector
+        self.started = False  # the first engine step arrived (prefill is done)
+        self.stop_sequence: str | None = None
+        self.finish: Finish | None = None
+
+    @property
+    def worker(self) -> str:
+        return self.stream.decision.worker
+
+    async def aclose(self) -> None:
+        """Stop generating (client gone): aborts the engine request. Safe from another task."""
+        await self.stream.aclose()
+
+    async def batches(self) -> AsyncGenerator[list[OutputEvent], None]:
+        """The events of each engine step (possibly none: the parser may hold text back); the last
+        batch ends with `Finish`. Raises `WorkerLostError` when the worker fails mid-stream."""
+        parser = self._parser
+        stops = self._stops
+        reason: FinishReason = "abort"  # a stream that ends without a finish step was cut off
+        engine_output: int | None = None
+        steps = self.stream.__aiter__()
+        try:
+            async for step in steps:
+                if not self.started:
+                    self.started = True
+                    self.cached_tokens = step.cached_tokens or 0
+                ids = step.token_ids
+                if self._keep_ids:
+                    self.generated.extend(ids)
+                self.output_tokens += len(ids)
+                if step.finish_reason is not None:
+                    reason = step.finish_reason
+                    if step.usage is not None:
+                        engine_output = step.usage.output_tokens
+                if self._discard:
+                    continue
+                text = step.text
+                if stops is not None:
+                    text, hit = stops.feed(text)
+                    if hit is not None:
+                        self.stop_sequence = hit
+                        reason = "stop"
+                        events = parser.feed(text) if text else []
+                        self._count(len(ids), events)
+                        yield events
+                        break
+                events = parser.feed(text) if text else []
+                self._count(len(ids), events)
+                yield events
+        finally:
+            await steps.aclose()  # type: ignore[attr-defined]
+            await self.stream.aclose()
+        if engine_output is not None and self.stop_sequence is None:
+            self.output_tokens = engine_output
+        tail: list[OutputEvent] = []
+        if not self._discard:
+            if stops is not None and self.stop_sequence is None:
+                held = stops.flush()
+                if held:
+                    tail += parser.feed(held)
+            tail += parser.close()
+        usage = Usage(
+            input_tokens=self.prompt_tokens,
+            output_tokens=0 if self._discard else self.output_tokens,
+            cached_tokens=min(self.cached_tokens, self.prompt_tokens),
+            reasoning_tokens=min(self.reasoning_tokens, self.output_tokens),
+        )
+        self.finish = Finish("length" if self._discard else reason, usage)
+        tail.append(self.finish)
+        yield tail
+
+    def _count(self, tokens: int, events: list[Any]) -> None:
+        if not events:
+            if self._in_reasoning:
+                self.reasoning_tokens += tokens
+            return
+        reasoning = other = 0
+        for event in events:
+            kind = type(event)
+            if kind is ReasoningDelta:
+                reasoning += len(event.text)
+                self._in_reasoning = True
+            elif kind is TextDelta:
+                other += len(event.text)
+                self._in_reasoning = False
+            elif kind is ToolCallArgsDelta:
+                other += len(event.fragment)
+            elif kind is ReasoningEnd or kind is ToolCallStart:
+                self._in_reasoning = False
+        if reasoning:
+            self.reasoning_tokens += tokens if not other else round(tokens * reasoning / (reasoning + other))

@@ -1,0 +1,72 @@
+"""Pure decisions between a decoded request and the engine: budget, sampling, hints, routing.
+
+Nothing here does I/O; `generate.py` is the edge that runs what these functions decide.
+"""
+
+from __future__ import annotations
+
+from agentserve.api.errors import ContextLengthError
+from agentserve.api.options import GenerationOptions
+from agentserve.api.request import DecodedRequest
+from agentserve.conversation import Conversation, Message, ToolResult
+from agentserve.router.placement import RouteRequest
+from agentserve.worker.engine import Hints, SamplingParams
+
+_HINT_CHARS = 4000  # the sim's output policies read a message's start; never copy a whole file
+
+
+def output_budget(requested: int | None, prompt_tokens: int, context_window: int) -> int:
+    """Tokens the model may generate: what was asked, clamped to the room the window leaves.
+
+    A prompt that leaves no room is the API's context-length error (Claude Code compacts on its
+    "prompt is too long" message, Codex on `context_length_exceeded`). A `max_tokens` larger than
+    the room is clamped rather than refused: harnesses send one large value (Claude Code 32000)
+    whatever the prompt's size.
+    """
+    room = context_window - prompt_tokens
+    if room < 1:
+        raise ContextLengthError(prompt_tokens, context_window)
+    if requested is None:
+        return room
+    return max(1, min(requested, room))
+
+
+def sampling_params(options: GenerationOptions, max_tokens: int) -> SamplingParams:
+    """Engine sampling settings. Stop strings are matched by the frontend (`stops.StopMatcher`), so
+    it knows which one ended the turn; the engine only sees the token budget and the samplers."""
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        top_k=options.top_k,
+        seed=options.seed,
+        presence_penalty=options.presence_penalty,
+        frequency_penalty=options.frequency_penalty,
+    )
+
+
+def _message_text(message: Message) -> str:
+    parts = [p.text for p in message.parts if isinstance(p, ToolResult)]
+    return "".join(parts) if parts else message.text
+
+
+def generation_hints(conversation: Conversation) -> Hints:
+    """Which turn this is and what the last messages said (the sim engine's policies read these)."""
+    messages = conversation.messages
+    turn = sum(1 for m in messages if m.role == "assistant") + 1
+    last_user = next((m.text for m in reversed(messages) if m.role == "user"), "")
+    last = _message_text(messages[-1]) if messages else ""
+    return Hints(turn=turn, last_user_message=last_user[:_HINT_CHARS], last_message=last[:_HINT_CHARS])
+
+
+def route_request(
+    request: DecodedRequest, block_hashes: tuple[int, ...], prompt_tokens: int, session_id: str | None
+) -> RouteRequest:
+    hints = request.nvext.agent_hints
+    return RouteRequest(
+        block_hashes=block_hashes,
+        prompt_tokens=prompt_tokens,
+        session_id=session_id,
+        priority=hints.priority or 0,
+        osl=hints.osl,
+    )

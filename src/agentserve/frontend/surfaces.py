@@ -1,0 +1,268 @@
+"""The three API surfaces behind one shape: decode a body, encode a stream, build a response.
+
+Each `Surface` adapts one API codec (`agentserve.api.*`) to the request path in `service.py`; each
+`StreamWriter` adapts that codec's sans-IO stream encoder. What differs per API and is not the
+codec's job lives here: when the stream's first frame can go out (Anthropic's `message_start`
+carries the prompt's cache hits, known at the first engine step), what a keep-alive ping is (an
+Anthropic `ping` event once the message started, else an SSE comment), which error event ends a
+stream, and what is remembered after a turn (the call memory for Anthropic and Chat clients, the
+response store for Responses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agentserve.api import anthropic, chat, responses
+from agentserve.api.errors import ApiError, ApiKind
+from agentserve.api.memory import CallMemory
+from agentserve.api.request import DecodedRequest, ResponsesRequest
+from agentserve.api.responses import ResponseStore
+from agentserve.api.signing import Signer
+from agentserve.api.sse import PING_COMMENT
+from agentserve.api.turn import TurnAccumulator
+from agentserve.config import ApiName
+from agentserve.conversation import Finish, OutputEvent, Usage
+
+
+class StreamWriter(Protocol):
+    def opening(self) -> bytes:
+        """Sent with the response headers, before any engine step."""
+        ...
+
+    def started(self, usage: Usage) -> bytes:
+        """At the first engine step (prefill done, prompt usage known)."""
+        ...
+
+    def feed(self, event: OutputEvent) -> bytes: ...
+
+    def finish(self, finish: Finish, stop_sequence: str | None) -> bytes: ...
+
+    def error(self, error: ApiError) -> bytes:
+        """End the stream with the API's error event (the HTTP status is already 200)."""
+        ...
+
+    def ping(self) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a surface needs from the deployment."""
+
+    signer: Signer
+    memory: CallMemory
+    store: ResponseStore
+    dispatch: bool  # streaming tool dispatch
+
+
+class Surface(Protocol):
+    name: ApiName
+    error_kind: ApiKind
+
+    def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest: ...
+
+    def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter: ...
+
+    def build(
+        self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
+    ) -> tuple[dict[str, Any], str]:
+        """The non-streaming body and its id (raises ApiError if generation failed)."""
+        ...
+
+    def remember(
+        self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
+    ) -> None: ...
+
+
+# -- Anthropic ------------------------------------------------------------------------------------
+
+
+class _AnthropicWriter:
+    __slots__ = ("_enc", "_started")
+
+    def __init__(self, encoder: anthropic.AnthropicStreamEncoder) -> None:
+        self._enc = encoder
+        self._started = False
+
+    def opening(self) -> bytes:
+        return b""
+
+    def started(self, usage: Usage) -> bytes:
+        self._started = True
+        return self._enc.start(usage)
+
+    def feed(self, event: OutputEvent) -> bytes:
+        return self._enc.feed(event)
+
+    def finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
+        return self._enc.finish(finish, stop_sequence)
+
+    def error(self, error: ApiError) -> bytes:
+        return self._enc.error(error)
+
+    def ping(self) -> bytes:
+        # `ping` events belong inside a message; before `message_start` an SSE comment does the job.
+        return self._enc.ping() if self._started else PING_COMMENT
+
+
+class AnthropicSurface:
+    name: ApiName = "anthropic"
+    error_kind: ApiKind = "anthropic"
+
+    def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
+        return anthropic.decode_messages(body, memory=ctx.memory, memory_scope=scope, signer=ctx.signer)
+
+    def decode_count_tokens(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
+        return anthropic.decode_count_tokens(body, memory=ctx.memory, memory_scope=scope, signer=ctx.signer)
+
+    @staticmethod
+    def _omit(request: DecodedRequest) -> bool:
+        return request.options.reasoning.display == "omitted"
+
+    def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
+        encoder = anthropic.AnthropicStreamEncoder(
+            model, signer=ctx.signer, dispatch=ctx.dispatch, omit_thinking=self._omit(request)
+        )
+        return _AnthropicWriter(encoder)
+
+    def build(
+        self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
+    ) -> tuple[dict[str, Any], str]:
+        body = anthropic.build_message(
+            turn, model=model, signer=ctx.signer, stop_sequence=stop, omit_thinking=self._omit(request)
+        )
+        return body, body["id"]
+
+    def remember(
+        self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
+    ) -> None:
+        ctx.memory.remember(turn.message(ctx.signer), scope)
+
+
+# -- Chat Completions -----------------------------------------------------------------------------
+
+
+class _ChatWriter:
+    __slots__ = ("_enc",)
+
+    def __init__(self, encoder: chat.ChatStreamEncoder) -> None:
+        self._enc = encoder
+
+    def opening(self) -> bytes:
+        return self._enc.start()
+
+    def started(self, usage: Usage) -> bytes:
+        return b""
+
+    def feed(self, event: OutputEvent) -> bytes:
+        return self._enc.feed(event)
+
+    def finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
+        return self._enc.finish(finish)
+
+    def error(self, error: ApiError) -> bytes:
+        return self._enc.error(error)
+
+    def ping(self) -> bytes:
+        return PING_COMMENT
+
+
+class ChatSurface:
+    name: ApiName = "chat"
+    error_kind: ApiKind = "openai"
+
+    def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
+        return chat.decode_chat(body, memory=ctx.memory, memory_scope=scope)
+
+    def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
+        encoder = chat.ChatStreamEncoder(
+            model, include_usage=request.options.include_usage, dispatch=ctx.dispatch
+        )
+        return _ChatWriter(encoder)
+
+    def build(
+        self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
+    ) -> tuple[dict[str, Any], str]:
+        body = chat.build_chat_completion(turn, model=model)
+        return body, body["id"]
+
+    def remember(
+        self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
+    ) -> None:
+        ctx.memory.remember(turn.message(ctx.signer), scope)
+
+
+# -- Responses ------------------------------------------------------------------------------------
+
+
+class _ResponsesWriter:
+    __slots__ = ("_enc",)
+
+    def __init__(self, encoder: responses.ResponsesStreamEncoder) -> None:
+        self._enc = encoder
+
+    @property
+    def response_id(self) -> str:
+        return self._enc.response_id
+
+    def opening(self) -> bytes:
+        return self._enc.start()
+
+    def started(self, usage: Usage) -> bytes:
+        return b""
+
+    def feed(self, event: OutputEvent) -> bytes:
+        return self._enc.feed(event)
+
+    def finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
+        return self._enc.finish(finish)
+
+    def error(self, error: ApiError) -> bytes:
+        return self._enc.fail(error)
+
+    def ping(self) -> bytes:
+        return PING_COMMENT
+
+
+def _responses_request(request: DecodedRequest) -> ResponsesRequest:
+    assert isinstance(request, ResponsesRequest)
+    return request
+
+
+class ResponsesSurface:
+    name: ApiName = "responses"
+    error_kind: ApiKind = "openai"
+
+    def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
+        return responses.decode_responses(body, signer=ctx.signer, store=ctx.store)
+
+    def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
+        encoder = responses.ResponsesStreamEncoder(
+            _responses_request(request), signer=ctx.signer, dispatch=ctx.dispatch
+        )
+        return _ResponsesWriter(encoder)
+
+    def build(
+        self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
+    ) -> tuple[dict[str, Any], str]:
+        body = responses.build_response(turn, _responses_request(request), signer=ctx.signer)
+        return body, body["id"]
+
+    def remember(
+        self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
+    ) -> None:
+        ctx.store.remember(_responses_request(request), response_id, turn.message())
+
+
+def stream_response_id(writer: StreamWriter) -> str | None:
+    """The id a streamed Responses turn is stored under (None for the other APIs)."""
+    return writer.response_id if isinstance(writer, _ResponsesWriter) else None
+
+
+SURFACES: Mapping[ApiName, Surface] = {
+    "anthropic": AnthropicSurface(),
+    "chat": ChatSurface(),
+    "responses": ResponsesSurface(),
+}

@@ -1,0 +1,141 @@
+"""`agentserve up`: the whole stack in one process, on one port.
+
+Frontend + embedded router + N in-process sim workers (each a `SimEngine` built exactly as
+`agentserve worker --engine sim` builds one, sharing the frontend's family and tokenizer), their KV
+events fed to the router by tasks. No GPU, no cluster: it starts in about a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TextIO
+
+import uvicorn
+from fastapi import FastAPI
+
+from agentserve.api.signing import Signer
+from agentserve.config import ConfigError, FrontendConfig, RouterConfig, UpConfig, WorkerConfig
+from agentserve.frontend.app import create_app
+from agentserve.frontend.backend import EngineBackend
+from agentserve.frontend.harness import harness_settings
+from agentserve.frontend.http import ApiKeys
+from agentserve.prompt.pipeline import PromptPipeline
+from agentserve.prompt.template import PromptError
+from agentserve.worker.engine import Engine
+from agentserve.worker.main import build_engine
+
+log = logging.getLogger("agentserve.up")
+
+SIGNING_KEY_ENV = "AGENTSERVE_SIGNING_KEY"
+
+
+def load_signer(config: FrontendConfig, environ: Mapping[str, str] = os.environ) -> Signer:
+    """The signing key from `signing_key_file` or $AGENTSERVE_SIGNING_KEY, else a random one."""
+    raw: bytes | None = None
+    if config.signing_key_file is not None:
+        try:
+            raw = Path(config.signing_key_file).read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read signing_key_file: {exc}") from exc
+    elif environ.get(SIGNING_KEY_ENV):
+        raw = environ[SIGNING_KEY_ENV].strip().encode()
+    if raw is None:
+        return Signer.random()
+    try:
+        return Signer(raw)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def load_pipeline(config: FrontendConfig) -> PromptPipeline:
+    try:
+        return PromptPipeline.from_config(config)
+    except PromptError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def sim_engines(config: UpConfig, pipeline: PromptPipeline) -> dict[str, Engine]:
+    worker = WorkerConfig.model_validate(
+        {
+            "engine": "sim",
+            "model": config.model,
+            "model_path": config.model_path,
+            "tokenizer": config.tokenizer,
+            "family": pipeline.family.name,
+            "block_size": config.block_size,
+            "hash_seed": config.hash_seed,
+            "sim_kv_blocks": config.sim_kv_blocks,
+            "sim_speedup": config.sim_speedup,
+            "sim_script": config.script,
+        }
+    )
+    return {f"sim-{i}": build_engine(worker) for i in range(config.workers)}
+
+
+def build_up(
+    config: UpConfig, *, engines: Mapping[str, Engine] | None = None, keys: ApiKeys | None = None
+) -> tuple[FastAPI, EngineBackend]:
+    """The app of `agentserve up` and its backend (engines: the sim workers, unless given)."""
+    pipeline = load_pipeline(config)
+    if engines is None:
+        engines = sim_engines(config, pipeline)
+    router = RouterConfig.model_validate({"block_size": config.block_size})
+    backend = EngineBackend(engines, router)
+    try:
+        keys = keys if keys is not None else ApiKeys.load(config.api_keys_file)
+    except OSError as exc:
+        raise ConfigError(f"cannot read api_keys_file: {exc}") from exc
+    app = create_app(config, backend, pipeline=pipeline, signer=load_signer(config), keys=keys)
+    return app, backend
+
+
+async def serve(
+    app: FastAPI, host: str, port: int, banner: Callable[[str], str] | None = None, out: TextIO = sys.stdout
+) -> None:
+    """Run `app` until interrupted; once it listens, print `banner(base_url)`."""
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    task = asyncio.create_task(server.serve())
+    for _ in range(3000):  # 30 s at most for startup
+        if server.started or task.done():
+            break
+        await asyncio.sleep(0.01)
+    if server.started and banner is not None:
+        bound = server.servers[0].sockets[0].getsockname()
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        out.write(banner(f"http://{shown}:{bound[1]}"))
+        out.flush()
+    await task
+
+
+def up_banner(config: UpConfig, keys_required: bool) -> Callable[[str], str]:
+    workers = f"{config.workers} sim worker{'s' if config.workers != 1 else ''}"
+
+    def banner(base_url: str) -> str:
+        head = f"agentserve is up at {base_url}: model {config.model}, {workers}, embedded router.\n\n"
+        return head + harness_settings(base_url, config.model, keys_required=keys_required)
+
+    return banner
+
+
+def event_loop_runner() -> asyncio.Runner:
+    """uvloop where it is installed (the default on Linux and macOS): cheaper per frame."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - platforms without uvloop
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+
+
+def run_up(config: UpConfig) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    app, _ = build_up(config)
+    keys = ApiKeys.load(config.api_keys_file)
+    with contextlib.suppress(KeyboardInterrupt), event_loop_runner() as runner:
+        runner.run(serve(app, config.host, config.port, up_banner(config, bool(keys))))
+    return 0

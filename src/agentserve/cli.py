@@ -220,6 +220,32 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         return 2
 
 
+def _cmd_up(args: argparse.Namespace) -> int:
+    from agentserve.config import ConfigError, UpConfig, config_from_args
+
+    try:
+        config = config_from_args(UpConfig, args)
+        from agentserve.frontend.up import run_up
+
+        return run_up(config)
+    except ConfigError as exc:
+        print(f"agentserve up: {exc}", file=sys.stderr)
+        return 2
+
+
+def _cmd_frontend(args: argparse.Namespace) -> int:
+    from agentserve.config import ConfigError, FrontendConfig, config_from_args
+
+    try:
+        config = config_from_args(FrontendConfig, args)
+        from agentserve.frontend.main import run_frontend
+
+        return run_frontend(config)
+    except ConfigError as exc:
+        print(f"agentserve frontend: {exc}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentserve import __version__
 
@@ -319,6 +345,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_flags(p, WorkerConfig)
     p.set_defaults(handler=_cmd_worker)
+
+    from agentserve.config import FrontendConfig, UpConfig
+
+    p = sub.add_parser(
+        "up",
+        help="run the whole stack in one process: frontend, router and sim workers on one port",
+        description="Serves the Anthropic Messages, OpenAI Chat Completions and Responses APIs on one "
+        "port, with an embedded router and N in-process sim workers (no GPU), and prints the base URL "
+        "and ready-to-paste settings for Claude Code, Codex and OpenAI clients. See docs/frontend.md.",
+    )
+    add_config_flags(p, UpConfig)
+    p.set_defaults(handler=_cmd_up)
+
+    p = sub.add_parser(
+        "frontend",
+        help="run the frontend: the agent APIs over workers (embedded router) or a router service",
+        description="Serves the agent APIs. Without --router-url the router is embedded and routes "
+        "over --worker-urls (agentserve worker processes); with it, routing is the router service's. "
+        "See docs/frontend.md.",
+    )
+    add_config_flags(p, FrontendConfig)
+    p.set_defaults(handler=_cmd_frontend)
     return parser
 
 

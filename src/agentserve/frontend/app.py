@@ -188,6 +188,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.frontend = frontend
+    app.state.betas = betas
 
     def kind(request: Request) -> str:
         return error_kind_for(request.url.path, request.headers)

@@ -9,8 +9,8 @@
   so one URL serves OpenAI clients and `model_catalog_url` alike (each reads its own key).
 - Codex `ModelInfo` (codex-rs/protocol/src/openai_models.rs): context window, tool-output truncation
   in *tokens* (unknown models fall back to 10 000 *bytes*, which cuts test output and tracebacks far
-  too early), reasoning levels and summaries, parallel tool calls, `apply_patch_tool_type:
-  "function"` (a freeform grammar tool needs constrained decoding we do not promise).
+  too early), reasoning levels and summaries, parallel tool calls, `apply_patch_tool_type: null` (Codex
+  0.169.0 refuses "function"; a freeform grammar tool needs constrained decoding we do not promise).
 
 `ModelFacts` is the input; family facts (context windows, reasoning) fill it in later.
 """
@@ -178,7 +178,10 @@ def codex_model_info(facts: ModelFacts, slug: str | None = None) -> dict[str, An
         "supports_reasoning_summaries": facts.reasoning,
         "support_verbosity": False,
         "default_verbosity": None,
-        "apply_patch_tool_type": "function",
+        # Codex 0.169.0 knows only "freeform" (a Lark-grammar custom tool, which pays off only with
+        # grammar-constrained decoding) and refuses the whole catalog on "function"; null gives the
+        # model apply_patch through its shell tool.
+        "apply_patch_tool_type": None,
         "truncation_policy": {"mode": "tokens", "limit": facts.tool_output_tokens},
         "supports_parallel_tool_calls": facts.parallel_tool_calls,
         "context_window": facts.context_window,

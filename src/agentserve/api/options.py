@@ -33,7 +33,7 @@ class ReasoningOptions:
     budget_tokens: int | None = None
     effort: str | None = None
     summary: str | None = None
-    display: str | None = None  # Anthropic adaptive thinking: "summarized" | "omitted"
+    display: str | None = None  # Anthropic adaptive thinking: "summarized", "omitted", "updates"…
 
     @property
     def enabled(self) -> bool | None:

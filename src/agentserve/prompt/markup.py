@@ -44,8 +44,9 @@ class FamilyMarkup:
         """
         if self.think_open is None or self.think_close is None:
             return False
-        opened = prompt.rfind(self.think_open.strip())
-        return opened >= 0 and prompt.rfind(self.think_close.strip()) < opened
+        # Only the generation prompt's end counts: a `<think>` quoted anywhere earlier (a tool
+        # description, a user message) must not make the parser read the whole answer as reasoning.
+        return prompt.rstrip().endswith(self.think_open.strip())
 
 
 def markup_from_template(template: ChatTemplate) -> FamilyMarkup:

@@ -86,7 +86,7 @@ def test_codex_model_info() -> None:
     assert set(info) >= CODEX_REQUIRED
     assert info["slug"] == "qwen3-coder"
     assert info["truncation_policy"] == {"mode": "tokens", "limit": 10000}
-    assert info["apply_patch_tool_type"] == "function"
+    assert info["apply_patch_tool_type"] is None  # Codex 0.169.0 rejects "function"
     assert info["context_window"] == 262144 and info["auto_compact_token_limit"] == 235929
     assert info["supports_parallel_tool_calls"] is True and info["supports_reasoning_summaries"] is True
     assert [lvl["effort"] for lvl in info["supported_reasoning_levels"]] == ["low", "medium", "high"]

@@ -349,9 +349,9 @@ def _thinking(value: Any, path: str, max_tokens: int | None) -> tuple[ThinkingMo
             raise InvalidRequestError("must be less than max_tokens", param=at(path, "budget_tokens"))
         return "enabled", budget, None
     if kind == "adaptive":
+        # Any display is accepted: only "omitted" changes what we send. Claude Code 2.1.330 sends
+        # "updates" (beta thinking-display-updates-2026-08-18) and retries without it after a 400.
         display = opt_str(thinking, "display", path)
-        if display is not None:
-            one_of(display, ("summarized", "omitted"), at(path, "display"))
         return "adaptive", None, display
     return "disabled", None, None
 

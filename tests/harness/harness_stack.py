@@ -1,0 +1,131 @@
+"""`agentserve up` as a subprocess on 127.0.0.1 (ephemeral port), and what it says on /metrics.
+
+The stack runs exactly as a user starts it (`python -m agentserve up …`); the base URL is read from
+its banner. It runs in its own process group, so teardown ends it and anything it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+MODEL = "qwen3-sim"  # `agentserve up`'s default model (family qwen3): the scenarios are written for it
+
+_BANNER = re.compile(r"agentserve is up at (http://127\.0\.0\.1:\d+)")
+START_TIMEOUT_S = 60.0
+
+
+class StackError(RuntimeError):
+    pass
+
+
+@dataclass
+class Stack:
+    base_url: str
+    process: subprocess.Popen[str]
+    log_path: Path
+
+    def log(self) -> str:
+        """What the server printed so far (shown when a test fails)."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Prometheus samples by (name, sorted labels)."""
+        with urllib.request.urlopen(f"{self.base_url}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return out
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` whose labels include `labels` (0 when there is none)."""
+        want = set(labels.items())
+        return sum(v for (n, ls), v in self.metrics().items() if n == name and want <= set(ls))
+
+
+class _Reader:
+    """Copies the server's output to its log (so a full pipe never blocks it) and finds the banner."""
+
+    def __init__(self, process: subprocess.Popen[str], log: Path) -> None:
+        self.process = process
+        self.log = log
+        self.base_url: str | None = None
+        self.started = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        assert self.process.stdout is not None
+        with self.log.open("a", encoding="utf-8") as sink:
+            for line in self.process.stdout:
+                sink.write(line)
+                sink.flush()
+                found = _BANNER.search(line) if self.base_url is None else None
+                if found:
+                    self.base_url = found.group(1)
+                    self.started.set()
+        self.started.set()  # the process ended: stop waiting
+
+    def wait(self, timeout: float) -> str:
+        self.started.wait(timeout)
+        if self.base_url is None:
+            raise StackError(
+                f"agentserve up did not start (exit {self.process.poll()}):\n{self.log.read_text()}"
+            )
+        return self.base_url
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM to the whole group, SIGKILL after 10 s."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def running_stack(workdir: Path, args: Sequence[str]) -> Iterator[Stack]:
+    """`agentserve up --host 127.0.0.1 --port 0 ARGS…` until the block ends."""
+    log = workdir / "agentserve-up.log"
+    log.write_text("")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "agentserve", "up", "--host", "127.0.0.1", "--port", "0", *args]
+    process = subprocess.Popen(
+        cmd,
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        base_url = _Reader(process, log).wait(START_TIMEOUT_S)
+        yield Stack(base_url, process, log)
+    finally:
+        stop(process)
+
+
+def scenario_args(scenario: str, *extra: str) -> list[str]:
+    """Flags for a scripted sim: the scenario, no simulated waiting, the default model."""
+    return ["--script", str(SCENARIOS / scenario), "--sim-speedup", "0", "--model", MODEL, *extra]

@@ -28,8 +28,17 @@ _BANNER = re.compile(r"agentserve is up at (http://127\.0\.0\.1:\d+)")
 START_TIMEOUT_S = 60.0
 
 
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
 class StackError(RuntimeError):
     pass
+
+
+def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    """How much the samples of `name` whose labels include `labels` grew between two scrapes."""
+    want = set(labels.items())
+    return sum(v - before.get((n, ls), 0.0) for (n, ls), v in after.items() if n == name and want <= set(ls))
 
 
 @dataclass
@@ -42,20 +51,15 @@ class Stack:
         """What the server printed so far (shown when a test fails)."""
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    def metrics(self) -> Samples:
         """Prometheus samples by (name, sorted labels)."""
         with urllib.request.urlopen(f"{self.base_url}/metrics", timeout=10) as resp:
             text = resp.read().decode()
-        out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        out: Samples = {}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
         return out
-
-    def metric(self, name: str, **labels: str) -> float:
-        """Sum of the samples of `name` whose labels include `labels` (0 when there is none)."""
-        want = set(labels.items())
-        return sum(v for (n, ls), v in self.metrics().items() if n == name and want <= set(ls))
 
 
 class _Reader:

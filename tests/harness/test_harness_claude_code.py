@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_stack import MODEL, Stack, running_stack, scenario_args
+from harness_stack import MODEL, Stack, delta, running_stack, scenario_args
 from harness_tools import FINAL_TEXT, MISS, PROMPT, Run, base_env, check_loop_files, explain, require, run
 
 pytestmark = pytest.mark.slow
@@ -122,20 +122,12 @@ def test_claude_code_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack
     # What the server saw: three Anthropic requests, three dispatched calls, the billing line stripped.
     after = stack.metrics()
 
-    def delta(name: str, **labels: str) -> float:
-        want = set(labels.items())
-        total = 0.0
-        for (n, ls), v in after.items():
-            if n == name and want <= set(ls):
-                total += v - before.get((n, ls), 0.0)
-        return total
-
-    assert delta("agentserve_frontend_requests_total", api="anthropic") == 3
-    assert delta("agentserve_frontend_tool_calls_total", api="anthropic") == 3
-    assert delta("agentserve_frontend_cached_tokens_total", api="anthropic") > 0
-    assert delta("agentserve_frontend_stripped_spans_total") >= 3
+    assert delta(before, after, "agentserve_frontend_requests_total", api="anthropic") == 3
+    assert delta(before, after, "agentserve_frontend_tool_calls_total", api="anthropic") == 3
+    assert delta(before, after, "agentserve_frontend_cached_tokens_total", api="anthropic") > 0
+    assert delta(before, after, "agentserve_frontend_stripped_spans_total") >= 3
     # Claude Code sends history back byte for byte: each prompt extends the previous prompt + output.
-    assert delta("agentserve_frontend_prefix_drift_events_total", api="anthropic") == 0
+    assert delta(before, after, "agentserve_frontend_prefix_drift_events_total", api="anthropic") == 0
 
 
 def first_turn_usage(result: Run) -> dict[str, int]:

@@ -8,7 +8,7 @@ import msgpack
 import pytest
 import zmq
 import zmq.asyncio
-from served import served
+from worker_served import served
 
 from agentserve.worker.client import WorkerClient, WorkerError
 from agentserve.worker.engine import (

@@ -396,6 +396,31 @@ def test_previous_response_id() -> None:
     )
     assert [m.role for m in second.conversation.messages] == ["user", "assistant", "tool"]
     assert second.conversation.system == ()  # instructions do not carry over
+    with_developer = decode_responses(
+        {
+            "model": "m",
+            "instructions": "be brief",
+            "input": [
+                {"type": "message", "role": "developer", "content": "You are Codex."},
+                {"type": "message", "role": "user", "content": "hi"},
+            ],
+        },
+        signer=SIGNER,
+        store=store,
+    )
+    store.remember(with_developer, "resp_dev", TurnAccumulator().feed_all(events).message())
+    continued = decode_responses(
+        {
+            "model": "m",
+            "instructions": "now be verbose",
+            "previous_response_id": "resp_dev",
+            "input": [{"type": "function_call_output", "call_id": "call_p1", "output": "x"}],
+        },
+        signer=SIGNER,
+        store=store,
+    )
+    # Developer input items are history and carry over; the old instructions are replaced.
+    assert continued.conversation.system == (Text("now be verbose"), Text("You are Codex."))
     for store_arg in (store, None):
         with pytest.raises(InvalidRequestError) as err:
             decode_responses(
@@ -406,7 +431,7 @@ def test_previous_response_id() -> None:
         assert err.value.code == "previous_response_not_found" and err.value.param == "previous_response_id"
     store.put("resp_b", ())
     store.put("resp_c", ())
-    assert store.get("resp_a") is None  # bounded: the oldest went first
+    assert store.get("resp_a") is None and store.get("resp_dev") is None  # bounded: the oldest went first
     unstored = decode_responses({"model": "m", "input": "x", "store": False}, signer=SIGNER)
     store.remember(unstored, "resp_d", Message("assistant", ()))
     assert store.get("resp_d") is None

@@ -9,16 +9,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from scenarios import CHAT_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, RESPONSES_TOOLS, write_scenario
+from scenarios import CHAT_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, RESPONSES_TOOLS, reusable, write_scenario
 from served import Served, served
 
 from agentserve.frontend.http import ApiKeys
-
-BLOCK = 32
-
-
-def full_blocks(tokens: int) -> int:
-    return tokens // BLOCK * BLOCK
 
 
 @pytest.fixture(scope="module")
@@ -122,11 +116,11 @@ def test_chat_tool_loop_restores_what_the_client_dropped(qwen: Served, rewrite_i
     second = stream_chat(c, messages)
     assert second["content"] == "done." and second["finish"] == "stop"
     # The call memory put the turn back exactly as the model wrote it (reasoning, argument text, ids).
-    assert second["usage"].prompt_tokens_details.cached_tokens >= full_blocks(total)
+    assert second["usage"].prompt_tokens_details.cached_tokens >= reusable(total)
 
     # Another API key is another scope: its history is taken as sent, so the cache breaks there.
     other = stream_chat(client(qwen, "key-b"), messages)
-    assert other["usage"].prompt_tokens_details.cached_tokens < full_blocks(total)
+    assert other["usage"].prompt_tokens_details.cached_tokens < reusable(total)
 
 
 def test_chat_non_stream(qwen: Served) -> None:
@@ -226,7 +220,7 @@ def test_responses_store_false_round_trip(qwen: Served) -> None:
     _, second = stream_response(c, items, **kw)
     assert [item.type for item in second.output] == ["reasoning", "message"]
     assert second.output[1].content[0].text == "done."
-    assert second.usage.input_tokens_details.cached_tokens >= full_blocks(total)
+    assert second.usage.input_tokens_details.cached_tokens >= reusable(total)
 
 
 def test_responses_previous_response_id(qwen: Served) -> None:
@@ -238,7 +232,7 @@ def test_responses_previous_response_id(qwen: Served) -> None:
     second = c.responses.create(model="m", input=follow, previous_response_id=first.id, tools=RESPONSES_TOOLS)
     assert second.output_text == "done."
     assert second.usage is not None and first.usage is not None
-    assert second.usage.input_tokens_details.cached_tokens >= full_blocks(
+    assert second.usage.input_tokens_details.cached_tokens >= reusable(
         first.usage.input_tokens + first.usage.output_tokens
     )
     with pytest.raises(openai.BadRequestError) as info:

@@ -285,7 +285,19 @@ MAPPINGS: tuple[Mapping, ...] = (
 
 # Config keys no spec field sets: the component's default is what a cluster wants.
 COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
-    "frontend": frozenset({"host", "hash_seed"}),
+    "frontend": frozenset(
+        {
+            "host",
+            "hash_seed",
+            # trace file tuning and the tool-event socket: component defaults until the spec exposes them
+            "trace_rotate_bytes",
+            "trace_keep_files",
+            "trace_gzip",
+            "trace_queue_size",
+            "trace_replay_hashes",
+            "tool_events_zmq",
+        }
+    ),
     "router": frozenset({"host", "workers"}),
     "worker": frozenset({"host", "hash_seed"}),
 }

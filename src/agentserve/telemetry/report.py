@@ -421,7 +421,7 @@ def _turn_events(
             "cat": "request",
             "ph": "X",
             "ts": us(t0),
-            "dur": round(r.total_ms * 1000.0, 3),
+            "dur": round(us(t0 + r.total_ms) - us(t0), 3),
             "pid": pid,
             "tid": tid,
             "args": args,
@@ -450,7 +450,7 @@ def _turn_events(
                 "cat": "stage",
                 "ph": "X",
                 "ts": us(t0 + start),
-                "dur": round((end - start) * 1000.0, 3),
+                "dur": round(us(t0 + end) - us(t0 + start), 3),  # ends exactly where the next starts
                 "pid": pid,
                 "tid": tid,
             }

@@ -95,6 +95,18 @@ class RequestTelemetry:
     ) -> TraceRecord:
         return self._complete(self.builder.rejected(status, t, error_code=error_code))
 
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def __enter__(self) -> RequestTelemetry:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        # A request path that raised (or forgot to finish) still leaves in-flight and a record.
+        if not self._done:
+            self.rejected("server_error", error_code=None if exc_type is None else "internal_error")
+
     def _complete(self, record: TraceRecord) -> TraceRecord:
         if not self._done:  # finished after rejected (or twice) must not count twice
             self._done = True

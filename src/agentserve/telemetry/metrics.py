@@ -15,6 +15,7 @@ request's weight does not grow with its length.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client import (
@@ -73,6 +74,23 @@ class _SinkCollector(Collector):
         return iter(())  # names are fixed; no need to collect at registration
 
 
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """The per-(api, model) children, bound once: `.labels()` costs more than the observation."""
+
+    duration: Histogram
+    ttft: Histogram
+    itl: Histogram
+    queue: Histogram
+    input_tokens: Counter
+    cached_tokens: Counter
+    output_tokens: Counter
+    reasoning_tokens: Counter
+    cached_ratio: Histogram
+    dispatch_lead: Histogram
+    inflight: Gauge
+
+
 class FrontendMetrics:
     def __init__(
         self,
@@ -84,6 +102,7 @@ class FrontendMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._models = frozenset(models)
         self._rules = frozenset(strip_rules)
+        self._bound: dict[tuple[str, str], _Series] = {}
         r = self.registry
         am = ("api", "model")
         self.requests = Counter(
@@ -187,34 +206,55 @@ class FrontendMetrics:
     # ------------------------------------------------------------------ observations
 
     def request_started(self, api: str, model: str) -> None:
-        self.inflight.labels(*self._labels(api, model)).inc()
+        self._series(api, model).inflight.inc()
+
+    def _series(self, api: str, model: str) -> _Series:
+        key = self._labels(api, model)
+        series = self._bound.get(key)
+        if series is None:  # label values are bounded, so this cache is too
+            a, m = key
+            series = _Series(
+                duration=self.duration.labels(a, m),
+                ttft=self.ttft.labels(a, m),
+                itl=self.itl.labels(a, m),
+                queue=self.queue.labels(a, m),
+                input_tokens=self.input_tokens.labels(a, m),
+                cached_tokens=self.cached_tokens.labels(a, m),
+                output_tokens=self.output_tokens.labels(a, m),
+                reasoning_tokens=self.reasoning_tokens.labels(a, m),
+                cached_ratio=self.cached_ratio.labels(a, m),
+                dispatch_lead=self.dispatch_lead.labels(a, m),
+                inflight=self.inflight.labels(a, m),
+            )
+            self._bound[key] = series
+        return series
 
     def request_finished(self, record: TraceRecord, *, was_started: bool = True) -> None:
         """Everything a finished request contributes (`was_started`: it was counted in flight)."""
         api, model = self._labels(record.api, record.model)
         if record.status not in STATUSES:
             raise ValueError(f"unknown status {record.status!r}")
+        s = self._series(api, model)
         if was_started:
-            self.inflight.labels(api, model).dec()
+            s.inflight.dec()
         self.requests.labels(api, model, record.status).inc()
-        self.duration.labels(api, model).observe(record.total_ms / 1000.0)
+        s.duration.observe(record.total_ms / 1000.0)
         if record.ttft_ms is not None:
-            self.ttft.labels(api, model).observe(record.ttft_ms / 1000.0)
+            s.ttft.observe(record.ttft_ms / 1000.0)
         if record.avg_itl_ms is not None:
-            self.itl.labels(api, model).observe(record.avg_itl_ms / 1000.0)
+            s.itl.observe(record.avg_itl_ms / 1000.0)
         if record.prefill_wait_ms is not None:
-            self.queue.labels(api, model).observe(record.prefill_wait_ms / 1000.0)
-        self.input_tokens.labels(api, model).inc(record.input_tokens)
-        self.cached_tokens.labels(api, model).inc(record.cached_tokens)
-        self.output_tokens.labels(api, model).inc(record.output_tokens)
-        self.reasoning_tokens.labels(api, model).inc(record.reasoning_tokens)
+            s.queue.observe(record.prefill_wait_ms / 1000.0)
+        s.input_tokens.inc(record.input_tokens)
+        s.cached_tokens.inc(record.cached_tokens)
+        s.output_tokens.inc(record.output_tokens)
+        s.reasoning_tokens.inc(record.reasoning_tokens)
         if record.input_tokens > 0:
-            ratio = min(1.0, record.cached_tokens / record.input_tokens)
-            self.cached_ratio.labels(api, model).observe(ratio)
+            s.cached_ratio.observe(min(1.0, record.cached_tokens / record.input_tokens))
         for call in record.tool_calls:
             self.tool_calls.labels(api, model, call.status).inc()
             if call.lead_ms is not None:
-                self.dispatch_lead.labels(api, model).observe(call.lead_ms / 1000.0)
+                s.dispatch_lead.observe(call.lead_ms / 1000.0)
         if record.drift is not None and record.drift.cause != "none":
             self.drift.labels(model, record.drift.cause).inc()
         for rule, count in record.stripped.items():

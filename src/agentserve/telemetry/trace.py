@@ -122,7 +122,9 @@ class ReplayTrace:
 
     block_size: int
     input_length: int
-    hashes: tuple[str, ...]  # chained block hashes, 16 hex digits (JSON numbers lose 64-bit precision)
+    # Chained block hashes. Written as 16 hex digits (JSON numbers lose 64-bit precision), formatted
+    # at serialisation, on the sink's thread, not per request.
+    hashes: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +257,7 @@ class TraceRecord:
             else {
                 "trace_block_size": self.replay.block_size,
                 "input_length": self.replay.input_length,
-                "input_sequence_hashes": list(self.replay.hashes),
+                "input_sequence_hashes": [f"{h:016x}" for h in self.replay.hashes],
             },
             "tool_calls": [c.to_json() for c in self.tool_calls],
             "stripped": dict(self.stripped),
@@ -329,7 +331,7 @@ class TraceRecord:
             else ReplayTrace(
                 _int(replay, "trace_block_size"),
                 _int(replay, "input_length"),
-                tuple(str(h) for h in replay.get("input_sequence_hashes") or ()),
+                _hashes(replay.get("input_sequence_hashes")),
             ),
             tool_calls=tuple(ToolCallTrace.from_json(_as_obj(c)) for c in tool_calls),
             stripped=dict(stripped),
@@ -396,6 +398,14 @@ def _float(d: Mapping[str, Any], key: str) -> float:
 
 def _opt_float(d: Mapping[str, Any], key: str) -> float | None:
     return None if d.get(key) is None else _float(d, key)
+
+
+def _hashes(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
+        raise ValueError("input_sequence_hashes must be a list of hex strings")
+    return tuple(int(h, 16) for h in value)  # int() raises ValueError on a non-hex string
 
 
 # --------------------------------------------------------------------------------------------------
@@ -639,7 +649,7 @@ class TraceBuilder:
         )
         replay = None
         if self._block_size:
-            hashes = tuple(f"{h:016x}" for h in self._hashes) if self._replay_hashes else ()
+            hashes = tuple(self._hashes) if self._replay_hashes else ()
             replay = ReplayTrace(self._block_size, self._input_length, hashes)
         ident = self._identity
         total = _ms(end - t0)

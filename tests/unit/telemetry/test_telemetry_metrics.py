@@ -205,3 +205,16 @@ def test_untrusted_ids_never_become_labels(v: dict[str, str]) -> None:
                 float(label_value)
             else:
                 assert label_value in ALLOWED_LABELS[label], (label, label_value)
+
+
+def test_a_request_path_that_raises_still_ends_its_telemetry() -> None:
+    hub = Telemetry(metrics=FrontendMetrics(["m"]))
+    with pytest.raises(RuntimeError), hub.request("r", "chat", "m", t=0.0) as req:
+        raise RuntimeError("boom")
+    assert req.done and req.builder.record is not None
+    assert req.builder.record.error_code == "internal_error"
+    assert value(hub.metrics, "agentserve_frontend_inflight_requests") == 0
+    assert value(hub.metrics, "agentserve_frontend_requests_total", status="server_error") == 1
+    with hub.request("r2", "chat", "m", t=0.0) as ok:
+        ok.finished(Usage(1, 1), "stop", t=0.1)
+    assert value(hub.metrics, "agentserve_frontend_requests_total", status="stop") == 1

@@ -102,12 +102,13 @@ def test_timings_tokens_and_dispatch_offsets_from_explicit_times() -> None:
     assert record.kv_hit_rate == pytest.approx(0.75)
     assert record.worker is not None and record.worker.worker_id == "worker-a"
     assert record.replay is not None
-    assert record.replay.hashes == (
+    assert record.replay.hashes == (1, 2, 0xFFFF_FFFF_FFFF_FFFF, 4)
+    assert record.to_json()["request"]["replay"]["input_sequence_hashes"] == [
         "0000000000000001",
         "0000000000000002",
         "ffffffffffffffff",
         "0000000000000004",
-    )
+    ]
     assert dict(record.stripped) == {"anthropic_billing": 1}  # zero counts are not spans
 
     first, second = record.tool_calls
@@ -284,6 +285,9 @@ def test_record_json_envelope_and_round_trip() -> None:
         lambda o: o["request"].update(tool_calls={}),
         lambda o: o["request"].update(stripped={"a": "1"}),
         lambda o: o["agent_context"].update(session_id=5),
+        lambda o: o["request"].update(
+            replay={"trace_block_size": 32, "input_length": 1, "input_sequence_hashes": ["zz"]}
+        ),
     ],
 )
 def test_from_json_rejects_malformed_records_with_value_error(mutate: object) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.telemetry.tool_events import ToolEventError, ToolEventRecord
-from agentserve.telemetry.trace import TraceRecord
+from agentserve.telemetry.trace import ToolCallTrace, TraceRecord
 
 NO_SESSION = "-"
 
@@ -294,7 +294,8 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
 
     One process per session (its track group): `model` lanes carry a slice per turn with `queue`,
     `prefill` and `decode` inside and an instant at each tool dispatch; `tools` lanes carry one
-    slice per tool execution reported by the harness. Times are microseconds from the first event.
+    slice per tool execution reported by the harness, with a flow arrow from its dispatch. Times
+    are microseconds from the first event.
     """
     requests = sorted(loaded.requests, key=lambda r: r.received_unix_ms)
     spans = tool_spans(loaded.tool_events)
@@ -310,7 +311,7 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
 
     events: list[dict[str, Any]] = []
     threads: set[tuple[int, int, str]] = set()
-    calls_by_id: dict[tuple[str, str], tuple[TraceRecord, int]] = {}
+    calls_by_id: dict[tuple[str, str], tuple[TraceRecord, ToolCallTrace, int]] = {}
 
     by_session: dict[str, list[TraceRecord]] = {}
     for r in requests:
@@ -324,7 +325,7 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
             events += _turn_events(r, n, pid, tid, us)
             for call in r.tool_calls:
                 if call.id:
-                    calls_by_id[(session, call.id)] = (r, tid)
+                    calls_by_id[(session, call.id)] = (r, call, tid)
 
     spans_by_session: dict[str, list[ToolEventRecord]] = {}
     for s in spans:
@@ -341,7 +342,7 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
             e = s.event
             joined = calls_by_id.get((session, e.tool_call_id))
             name = (
-                e.tool_name or (s.dispatch.name if s.dispatch else "") or _call_name(joined, e.tool_call_id)
+                e.tool_name or (s.dispatch.name if s.dispatch else "") or (joined[1].name if joined else "")
             )
             args: dict[str, Any] = {"tool_call_id": e.tool_call_id, "status": e.status}
             if e.error_type:
@@ -351,6 +352,14 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
             elif s.dispatch is not None:
                 args["request_id"] = s.dispatch.request_id
             start, end = e.started_at_unix_ms or 0.0, e.ended_at_unix_ms or 0.0
+            if joined is not None and joined[1].dispatch_ms is not None:
+                # An arrow from the dispatch point (inside the turn's decode) to the execution.
+                dispatch_at = joined[0].received_unix_ms + joined[1].dispatch_ms
+                if start >= dispatch_at:
+                    flow = len(events)
+                    common = {"name": "dispatch", "cat": "flow", "id": flow, "pid": pid}
+                    events.append({**common, "ph": "s", "ts": us(dispatch_at), "tid": joined[2]})
+                    events.append({**common, "ph": "f", "bp": "e", "ts": us(start), "tid": tid})
             events.append(
                 {
                     "name": _cell(name or "tool", 128),
@@ -364,17 +373,13 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
                 }
             )
 
+    parents = {_session(r.session_id): r.parent_session_id for r in requests if r.parent_session_id}
     meta: list[dict[str, Any]] = []
     for session, pid in sessions.items():
-        meta.append(
-            {
-                "name": "process_name",
-                "ph": "M",
-                "pid": pid,
-                "tid": 0,
-                "args": {"name": f"session {_cell(session, 128)}"},
-            }
-        )
+        label = f"session {_cell(session, 128)}"
+        if session in parents:  # a sub-agent: say whose
+            label += f" (parent {_cell(parents[session] or '', 128)})"
+        meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": label}})
         meta.append(
             {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}
         )
@@ -386,15 +391,6 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
     # Per track, in time order; a parent slice before the children that start with it.
     events.sort(key=lambda e: (e["pid"], e["tid"], e["ts"], -e.get("dur", 0.0), e["ph"] != "X"))
     return {"traceEvents": meta + events, "displayTimeUnit": "ms", "otherData": {"origin_unix_ms": origin}}
-
-
-def _call_name(joined: tuple[TraceRecord, int] | None, call_id: str) -> str:
-    if joined is None:
-        return ""
-    for call in joined[0].tool_calls:
-        if call.id == call_id:
-            return call.name
-    return ""
 
 
 def _turn_events(

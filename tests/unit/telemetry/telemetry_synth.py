@@ -4,8 +4,8 @@
 expectations in test_telemetry_report.py). `synthetic_trace()` is a seeded agent session mix: a main
 agent with parallel tool calls, a sub-agent, and a second conversation. Run as a script to write one:
 
-    python tests/unit/telemetry/telemetry_synth.py /tmp/trace.jsonl
-    agentserve trace /tmp/trace.jsonl --perfetto /tmp/trace.perfetto.json
+    PYTHONPATH=src python tests/unit/telemetry/telemetry_synth.py /tmp/trace.jsonl
+    agentserve trace /tmp/trace.jsonl --perfetto docs/telemetry-example.perfetto.json
 """
 
 from __future__ import annotations

@@ -157,9 +157,10 @@ def validate_trace_events(doc: dict[str, Any]) -> dict[tuple[int, int], list[dic
     named_threads: set[tuple[int, int]] = set()
     named_processes: set[int] = set()
     tracks: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    flows: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for e in doc["traceEvents"]:
         assert isinstance(e["name"], str) and e["name"]
-        assert e["ph"] in ("X", "i", "M"), e
+        assert e["ph"] in ("X", "i", "M", "s", "f"), e
         assert type(e["pid"]) is int and type(e["tid"]) is int
         if e["ph"] == "M":
             assert e["name"] in ("process_name", "process_sort_index", "thread_name", "thread_sort_index")
@@ -172,9 +173,15 @@ def validate_trace_events(doc: dict[str, Any]) -> dict[tuple[int, int], list[dic
         assert isinstance(e["ts"], int | float) and e["ts"] >= 0
         if e["ph"] == "X":
             assert isinstance(e["dur"], int | float) and e["dur"] >= 0
-        else:
+        elif e["ph"] == "i":
             assert e["s"] in ("t", "p", "g")
+        else:
+            flows[e["id"]].append(e)
         tracks[(e["pid"], e["tid"])].append(e)
+    for pair in flows.values():  # one start and one finish per id, the finish not before the start
+        start, finish = sorted(pair, key=lambda e: e["ph"] != "s")
+        assert (start["ph"], finish["ph"], finish.get("bp")) == ("s", "f", "e")
+        assert finish["ts"] >= start["ts"]
     for key, events in tracks.items():
         assert key in named_threads and key[0] in named_processes
         timestamps = [e["ts"] for e in events]
@@ -220,6 +227,11 @@ def test_perfetto_timeline_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFi
     assert first["ts"] == 0 and first["dur"] == pytest.approx(500_000.0)
     bash = next(e for e in dispatches if e["name"] == "dispatch Bash")
     assert bash["ts"] == pytest.approx(400_000.0) and bash["args"]["lead_ms"] == pytest.approx(100.0)
+    # Each joined execution has an arrow from its dispatch (on the turn's lane) to its slice.
+    flows = [e for e in events if e["ph"] in ("s", "f")]
+    assert len(flows) == 6
+    bash_flow = [e for e in flows if e["ts"] in (bash["ts"], 420_000.0)]
+    assert sorted(e["ph"] for e in bash_flow) == ["f", "s"]
 
 
 def test_concurrent_turns_of_one_session_get_their_own_model_lanes() -> None:
@@ -239,6 +251,8 @@ def test_synthetic_session_mix_is_a_valid_timeline() -> None:
     assert loaded.skipped == 0 and len(loaded.requests) == 12
     tracks = validate_trace_events(perfetto(loaded))
     assert len({pid for pid, _ in tracks}) == 3
+    names = {e["args"]["name"] for e in perfetto(loaded)["traceEvents"] if e["name"] == "process_name"}
+    assert "session sub-agent-1 (parent main-7f3a)" in names
     summaries = {s.session_id: s for s in summarize(loaded)}
     assert summaries["main-7f3a"].turns == 5 and summaries["main-7f3a"].tool_executions > 0
 
@@ -247,3 +261,11 @@ def test_empty_input_gives_an_empty_but_valid_timeline() -> None:
     doc = perfetto(Loaded())
     validate_trace_events(doc)
     assert doc["traceEvents"] == []
+
+
+def test_the_example_timeline_in_docs_is_what_the_cli_writes_today() -> None:
+    # Regenerate with the commands in telemetry_synth.py's docstring if the format changes on purpose.
+    path = Path(__file__).parents[3] / "docs" / "telemetry-example.perfetto.json"
+    loaded = parse_lines(json.dumps(x) for x in synthetic_trace())
+    assert json.loads(path.read_text()) == perfetto(loaded)
+    assert path.stat().st_size < 50_000

@@ -362,6 +362,12 @@ def decode_zmq_message(frames: list[bytes], *, received_unix_ms: float) -> list[
     return decode_tool_events(frames[-1], received_unix_ms=received_unix_ms)
 
 
+def accepted_body(records: Iterable[ToolEventRecord]) -> dict[str, int]:
+    """The HTTP endpoint's answer (202): how many events were accepted and how many joined a request."""
+    records = list(records)
+    return {"accepted": len(records), "joined": sum(r.dispatch is not None for r in records)}
+
+
 # --------------------------------------------------------------------------------------------------
 # Join
 

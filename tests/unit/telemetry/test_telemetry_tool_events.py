@@ -24,6 +24,7 @@ from agentserve.telemetry.tool_events import (
     DispatchIndex,
     ToolEventError,
     ToolEventRecord,
+    accepted_body,
     decode_tool_events,
     decode_zmq_message,
     parse_tool_event,
@@ -277,17 +278,19 @@ def dispatch_a_call(hub: Telemetry) -> None:
 def test_http_entry_validates_joins_counts_and_records(tmp_path: Path) -> None:
     hub = make_hub(tmp_path)
     dispatch_a_call(hub)
-    records = hub.submit_tool_events(json.dumps(end_event()))
+    unknown = end_event(tool_call_id="call_unknown")
+    records = hub.submit_tool_events(json.dumps([end_event(), unknown]))
     assert records[0].dispatch is not None and records[0].dispatch.request_id == "req-1"
+    assert accepted_body(records) == {"accepted": 2, "joined": 1}
     with pytest.raises(ToolEventError):
         hub.submit_tool_events(b"{}")
-    assert metric_value(hub, "agentserve_frontend_tool_events_total", event_type="tool_end") == 1
+    assert metric_value(hub, "agentserve_frontend_tool_events_total", event_type="tool_end") == 2
     assert metric_value(hub, "agentserve_frontend_tool_events_joined_total") == 1
     assert metric_value(hub, "agentserve_frontend_tool_events_rejected_total", source="http") == 1
     hub.close()
     lines = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
-    assert [x["event_type"] for x in lines] == ["request_end", "tool_end"]
-    assert lines[1]["join"]["request_id"] == "req-1"
+    assert [x["event_type"] for x in lines] == ["request_end", "tool_end", "tool_end"]
+    assert lines[1]["join"]["request_id"] == "req-1" and lines[2]["join"] is None
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:

@@ -286,7 +286,19 @@ MAPPINGS: tuple[Mapping, ...] = (
 
 # Config keys no spec field sets: the component's default is what a cluster wants.
 COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
-    "frontend": frozenset({"host", "hash_seed"}),
+    "frontend": frozenset(
+        {
+            "host",
+            "hash_seed",
+            # trace file tuning and the tool-event socket: component defaults until the spec exposes them
+            "trace_rotate_bytes",
+            "trace_keep_files",
+            "trace_gzip",
+            "trace_queue_size",
+            "trace_replay_hashes",
+            "tool_events_zmq",
+        }
+    ),
     # Queue limits: the defaults match the workers' default batch size.
     "router": frozenset({"host", "workers", "max_inflight_per_worker", "queue_max"}),
     "worker": frozenset(

@@ -567,3 +567,13 @@ def agent_turn_before(name: str, case: Case) -> tuple[Message, ...]:
         return ()
     call = next(c for c in cases(name) if c.calls)
     return (Message("assistant", call.parts), follow_up(call))
+
+
+def assert_divergence_in_date(before: str, previous_after: str, prompt_after: str) -> None:
+    """The reports cut at the token boundary at or before the changed digit, inside the date (where
+    exactly depends on how the tokenizer splits "2026-01-01", so only the bounds are pinned)."""
+    fixed = "Today's date is 2026-01-0"
+    old, new = before + previous_after, before + prompt_after
+    start = old.index(fixed)
+    assert old[start:].startswith(fixed + "1.") and new[start:].startswith(fixed + "2.")
+    assert start + len("Today's date is") <= len(before) <= start + len(fixed)

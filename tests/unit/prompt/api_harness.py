@@ -58,6 +58,7 @@ class Server:
     pipeline: PromptPipeline
     memory: CallMemory | None = field(default_factory=CallMemory)
     enable_thinking: bool | None = None  # the deployment's default; a request may override it
+    starts_in_reasoning: bool | None = None  # force the parser's start state (else: from the prompt)
     outputs: list[str] = field(default_factory=list)  # scripted model outputs, one per request
     served: list[Served] = field(default_factory=list)
 
@@ -71,7 +72,8 @@ class Server:
             template_kwargs=decoded.options.template_kwargs or None,
         )
         raw = self.outputs.pop(0)
-        events = self.parse(raw, prompt.starts_in_reasoning, decoded.conversation.tools)
+        starts = prompt.starts_in_reasoning if self.starts_in_reasoning is None else self.starts_in_reasoning
+        events = self.parse(raw, starts, decoded.conversation.tools)
         generated = self.pipeline.tokenizer.encode(raw)
         reason = "tool_calls" if any(isinstance(e, ToolCallEnd) for e in events) else "stop"
         events.append(Finish(reason, Usage(len(prompt.token_ids), len(generated))))

@@ -14,11 +14,13 @@ docs/prompt.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 from api_harness import ApiName, Served, Server, client_for
+from corpus_cases import Case as CorpusCase
+from corpus_cases import load_cases
 from prompt_cases import (
     AGENT_TOOLS,
     CASES,
@@ -33,8 +35,9 @@ from prompt_cases import (
 from agentserve.api.memory import CallMemory
 from agentserve.config import ReplayPolicy
 from agentserve.conversation import Message, Reasoning
+from agentserve.families import get_family
 from agentserve.prompt.drift import DriftReport, compare
-from agentserve.prompt.pipeline import PromptPipeline
+from agentserve.prompt.pipeline import PromptPipeline, render_prompt
 from agentserve.prompt.tokenizer import embedded_tokenizer
 
 HAS_REASONING = frozenset(FAMILY_NAMES) - {"llama3-json", "pythonic"}
@@ -194,3 +197,45 @@ def test_anthropic_input_objects_round_trip_without_the_memory_when_the_model_wr
     for case, served, replayed in conversation.turns():
         if case.replayed is None:
             assert not drift(served, replayed).drifted, case.name
+
+
+# -- every corpus output: the API path renders what the parsed turn renders -------------------------
+
+CORPUS = load_cases()
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])
+@pytest.mark.parametrize("case", CORPUS, ids=[c.id for c in CORPUS])
+def test_every_corpus_output_renders_the_same_through_the_api_as_parsed(
+    case: CorpusCase, variant: Variant
+) -> None:
+    # Odd outputs too (failed calls, escapes, arguments as a JSON string, stray tags): whatever the
+    # template makes of the parsed turn, the turn that came back through the SDK must make the same.
+    family = get_family(case.family)
+    server = Server(
+        case.family,
+        variant.api,
+        PromptPipeline.for_family(case.family),
+        enable_thinking=KWARGS.get(case.family, {}).get("enable_thinking"),
+        starts_in_reasoning=family.starts_in_reasoning
+        if case.starts_in_reasoning is None
+        else case.starts_in_reasoning,
+        outputs=[case.raw, ""],
+    )
+    tools = case.tools or AGENT_TOOLS
+    options: dict[str, Any] = {} if variant.api != "chat" else {"keep_reasoning": variant.keep_reasoning}
+    client = client_for(variant.api, server, SYSTEM[0].text, tools, QUESTION.text, **options)
+    sent = client.send()
+    if sent:
+        client.results(sent, [f"result {i}" for i in range(len(sent))])
+    else:
+        client.user("Next question?")
+    client.send()
+    served, replayed = server.served
+    history = replayed.request.conversation
+    messages = list(history.messages)
+    at = max(i for i, m in enumerate(messages) if m.role == "assistant")
+    direct = replace(history, messages=(*messages[:at], served.message, *messages[at + 1 :]))
+    kwargs = {"enable_thinking": server.enable_thinking}
+    expected = render_prompt(direct, server.pipeline, **kwargs).text
+    assert replayed.prompt.text == expected

@@ -34,7 +34,7 @@ from prompt_cases import (
 
 from agentserve.api.memory import CallMemory
 from agentserve.config import ReplayPolicy
-from agentserve.conversation import Message, Reasoning
+from agentserve.conversation import Message, Reasoning, ToolCall
 from agentserve.families import get_family
 from agentserve.prompt.drift import DriftReport, compare
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
@@ -66,7 +66,7 @@ VARIANTS = [
 
 
 @dataclass(frozen=True)
-class Conversation:
+class Session:
     server: Server
     script: list[Case]  # the model's turns, call indices numbered
 
@@ -76,9 +76,14 @@ class Conversation:
         return [(case, served[t], served[t + 1]) for t, case in enumerate(self.script)]
 
 
-def converse(name: str, variant: Variant, policy: ReplayPolicy = ReplayPolicy.AUTO) -> Conversation:
-    """Run the family's script through the variant's SDK client; one request per turn, plus the
-    request after the last turn (which renders it as history)."""
+def converse(
+    name: str,
+    variant: Variant,
+    policy: ReplayPolicy = ReplayPolicy.AUTO,
+    turns: list[Case] | None = None,
+) -> Session:
+    """Run the family's script (or `turns`) through the variant's SDK client; one request per turn,
+    plus the request after the last turn (which renders it as history)."""
     server = Server(
         name,
         variant.api,
@@ -89,7 +94,7 @@ def converse(name: str, variant: Variant, policy: ReplayPolicy = ReplayPolicy.AU
     options: dict[str, Any] = {} if variant.api != "chat" else {"keep_reasoning": variant.keep_reasoning}
     client = client_for(variant.api, server, SYSTEM[0].text, AGENT_TOOLS, QUESTION.text, **options)
     script: list[Case] = []
-    for turn, case in enumerate([agent_case(name), *CASES[name]]):
+    for turn, case in enumerate(turns or [agent_case(name), *CASES[name]]):
         calls = sum(len(c.calls) for c in script)
         script.append(case.numbered(calls, kimi=name == "kimi-k2"))
         server.outputs.append(script[-1].raw)
@@ -101,7 +106,7 @@ def converse(name: str, variant: Variant, policy: ReplayPolicy = ReplayPolicy.AU
             client.user(f"Thanks. Next question {turn}?")
     server.outputs.append(next(c for c in CASES[name] if c.name == "answer").raw)
     client.send()
-    return Conversation(server, script)
+    return Session(server, script)
 
 
 def drift(before: Served, after: Served) -> DriftReport:
@@ -127,8 +132,8 @@ def dropped_by_client(name: str, variant: Variant, case: Case) -> bool:
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_the_round_trip_law_through_the_sdk(name: str, variant: Variant, policy: ReplayPolicy) -> None:
-    conversation = converse(name, variant, policy)
-    for case, served, replayed in conversation.turns():
+    session = converse(name, variant, policy)
+    for case, served, replayed in session.turns():
         where = f"{name} via {variant.id}, turn {case.name!r}"
         history = replayed.prompt.text
         if dropped_by_client(name, variant, case):
@@ -163,28 +168,56 @@ def assert_reasoning_lost(served: Served, report: DriftReport) -> None:
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_turns_whose_reasoning_a_chat_client_drops_come_back_from_the_call_memory(name: str) -> None:
-    # Every turn with calls is restored whole (reasoning, order, argument bytes, our ids): the
-    # memory answered for each of its calls.
-    conversation = converse(name, Variant("chat", keep_reasoning=False))
-    for case, _, replayed in conversation.turns():
-        if case.calls:
-            assert replayed.request.restored >= len(case.calls), case.name
+    # Every turn with calls is restored whole (reasoning, order, argument bytes, our ids): each
+    # request's history has every call so far answered by the memory, and nothing else.
+    session = converse(name, Variant("chat", keep_reasoning=False))
+    calls = 0
+    for case, _, replayed in session.turns():
+        calls += len(case.calls)
+        assert replayed.request.restored == calls, case.name
 
 
 def test_without_the_call_memory_a_flat_reasoning_field_moves_the_second_segment_to_the_front() -> None:
     # Chat carries one reasoning string per message: a turn with reasoning between its calls comes
     # back as one segment (joined by a blank line) before both calls. The server's call memory is
     # what keeps interleaved turns exact; every other turn round-trips without it.
-    conversation = converse("qwen3", Variant("chat", memory=False))
-    for case, served, replayed in conversation.turns():
+    session = converse("qwen3", Variant("chat", memory=False))
+    for case, served, replayed in session.turns():
         report = drift(served, replayed)
         if case.name != "interleaved":
             assert not report.drifted, case.name
             continue
         assert report.drifted
-        assert report.before.endswith("<think>\nFirst read the file.\n")
-        assert report.previous_after.startswith("</think>\n\n<tool_call>")
-        assert report.prompt_after.startswith("\nThen run the tests.\n</think>\n\n<tool_call>")
+        old, new = report.before + report.previous_after, report.before + report.prompt_after
+        start = old.rindex("<think>\nFirst read the file.")
+        assert old[start:].startswith("<think>\nFirst read the file.\n</think>\n\n<tool_call>")
+        assert new[start:].startswith("<think>\nFirst read the file.\n\nThen run the tests.\n</think>")
+        assert len(report.before) >= start + len("<think>\nFirst read the file.")
+
+
+COMPACT = Case(
+    "compact",
+    (ToolCall("call_@0", "bash", '{"cmd":"pytest -q"}'),),
+    '<tool_call>\n{"name": "bash", "arguments": {"cmd":"pytest -q"}}\n</tool_call><|im_end|>',
+)
+
+
+@pytest.mark.parametrize("memory", [True, False])
+def test_anthropic_arguments_in_another_spacing_need_the_call_memory(memory: bool) -> None:
+    # `input` is an object on the wire: without the memory it comes back as json.dumps writes it,
+    # and the prompt diverges at the first re-spaced argument.
+    served, replayed = converse("qwen3", Variant("anthropic", memory=memory), turns=[COMPACT]).turns()[0][1:]
+    report = drift(served, replayed)
+    if memory:
+        assert not report.drifted and COMPACT.raw in replayed.prompt.text
+        return
+    assert report.drifted
+    # Cut at the token boundary at or before the added space, inside the arguments object.
+    old, new = report.before + report.previous_after, report.before + report.prompt_after
+    start = old.rindex('"arguments": {')
+    assert old[start:].startswith('"arguments": {"cmd":"pytest -q"}}')
+    assert new[start:].startswith('"arguments": {"cmd": "pytest -q"}}')
+    assert start < len(report.before) <= start + len('"arguments": {"cmd":')
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -193,8 +226,8 @@ def test_anthropic_input_objects_round_trip_without_the_memory_when_the_model_wr
 ) -> None:
     # Anthropic sends `input` back as an object: re-serialised with the usual separators, which is
     # what every scripted turn here writes; the memory is only needed for other spacings.
-    conversation = converse(name, Variant("anthropic", memory=False))
-    for case, served, replayed in conversation.turns():
+    session = converse(name, Variant("anthropic", memory=False))
+    for case, served, replayed in session.turns():
         if case.replayed is None:
             assert not drift(served, replayed).drifted, case.name
 

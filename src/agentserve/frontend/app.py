@@ -321,13 +321,17 @@ def create_app(
 
     # -- operations --------------------------------------------------------------------------------
 
-    @app.api_route(
-        "/", methods=["GET", "HEAD"], summary="Service identity (Claude Code probes HEAD /)", tags=["ops"]
-    )
+    def identity() -> Response:
+        models = [m.id for m in frontend.models]
+        return json_response({"name": "agentserve", "version": __version__, "models": models})
+
+    @app.get("/", summary="Service identity", tags=["ops"])
     async def root() -> Response:
-        return json_response(
-            {"name": "agentserve", "version": __version__, "models": [m.id for m in frontend.models]}
-        )
+        return identity()
+
+    @app.head("/", summary="Connectivity probe (Claude Code sends HEAD / at start)", tags=["ops"])
+    async def root_head() -> Response:
+        return identity()
 
     @app.get("/health", summary="Liveness", tags=["ops"])
     async def health() -> Response:

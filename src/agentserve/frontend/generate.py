@@ -13,8 +13,8 @@ step whose text the parser held back counts for the kind of output in progress.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, Protocol
 
 from agentserve.conversation import (
     Finish,
@@ -29,7 +29,15 @@ from agentserve.conversation import (
 )
 from agentserve.frontend.stops import StopMatcher
 from agentserve.parsing.stream import OutputParser
-from agentserve.router.dispatch import DispatchedStream
+from agentserve.worker.engine import Step
+
+
+class StepSource(Protocol):
+    """Engine steps of one request (a router's `DispatchedStream`); closing it aborts the request."""
+
+    def __aiter__(self) -> AsyncIterator[Step]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class Generation:
@@ -52,7 +60,7 @@ class Generation:
 
     def __init__(
         self,
-        stream: DispatchedStream,
+        stream: StepSource,
         parser: OutputParser,
         *,
         prompt_tokens: int,
@@ -75,10 +83,6 @@ class Generation:
         self.started = False  # the first engine step arrived (prefill is done)
         self.stop_sequence: str | None = None
         self.finish: Finish | None = None
-
-    @property
-    def worker(self) -> str:
-        return self.stream.decision.worker
 
     async def aclose(self) -> None:
         """Stop generating (client gone): aborts the engine request. Safe from another task."""
@@ -121,7 +125,9 @@ class Generation:
                 self._count(len(ids), events)
                 yield events
         finally:
-            await steps.aclose()  # type: ignore[attr-defined]
+            close = getattr(steps, "aclose", None)  # an async generator: finalise it now, not at GC
+            if close is not None:
+                await close()
             await self.stream.aclose()
         if engine_output is not None and self.stop_sequence is None:
             self.output_tokens = engine_output

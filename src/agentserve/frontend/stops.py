@@ -28,15 +28,16 @@ class StopMatcher:
         if self.matched is not None:
             return "", self.matched
         buf = self._held + text
-        # The earliest match wins; among matches at one position, the longest stop string.
-        best: tuple[int, int, str] | None = None
+        # The stop that completes first wins (what a token-by-token engine would see first, so the
+        # answer does not depend on chunking); among those ending together, the longest.
+        best: tuple[int, str] | None = None
         for stop in self._stops:
             at = buf.find(stop)
-            if at >= 0 and (best is None or (at, -len(stop)) < (best[0], best[1])):
-                best = (at, -len(stop), stop)
+            if at >= 0 and (best is None or (at + len(stop), at) < (best[0] + len(best[1]), best[0])):
+                best = (at, stop)
         if best is not None:
             self._held = ""
-            self.matched = best[2]
+            self.matched = best[1]
             return buf[: best[0]], self.matched
         keep = self._tail(buf)
         self._held = buf[len(buf) - keep :] if keep else ""

@@ -290,6 +290,13 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
         {
             "host",
             "hash_seed",
+            # trace file tuning and the tool-event socket: component defaults until the spec exposes them
+            "trace_rotate_bytes",
+            "trace_keep_files",
+            "trace_gzip",
+            "trace_queue_size",
+            "trace_replay_hashes",
+            "tool_events_zmq",
             # Serving details with working defaults; the keys that replicas must share
             # (signing_key_file) and the embedded router's worker list come with their spec fields.
             "model_aliases",

@@ -79,6 +79,19 @@ QWEN3_RULES: list[dict[str, Any]] = [
 QWEN3_DEFAULT = think("Nothing left to do.") + "All done." + END
 
 
+BLOCK = 32  # tokens per KV block (the default)
+
+
+def full_blocks(tokens: int) -> int:
+    return tokens // BLOCK * BLOCK
+
+
+def reusable(turn_tokens: int) -> int:
+    """Cache hits a next turn must get when it extends a turn of `turn_tokens` (prompt + output):
+    its full blocks, less the last token (an engine never computes the KV of its last sample)."""
+    return (turn_tokens - 1) // BLOCK * BLOCK
+
+
 def write_scenario(
     directory: Path, rules: list[dict[str, Any]], default: str | None, name: str = "scenario"
 ) -> str:

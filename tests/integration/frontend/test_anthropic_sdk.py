@@ -8,12 +8,19 @@ from typing import Any
 
 import anthropic
 import pytest
-from scenarios import ANTHROPIC_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, TRAILING_WORDS, write_scenario
+from scenarios import (
+    ANTHROPIC_TOOLS,
+    BLOCK,
+    QWEN3_DEFAULT,
+    QWEN3_RULES,
+    TRAILING_WORDS,
+    full_blocks,
+    reusable,
+    write_scenario,
+)
 from served import Served, served
 
 from agentserve.api import anthropic as codec
-
-BLOCK = 32
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +41,6 @@ def client(s: Served, **kw: Any) -> anthropic.Anthropic:
 def dump(content: list[Any]) -> list[dict[str, Any]]:
     """The SDK's decoded blocks as the next request's history (what a harness sends back)."""
     return [block.model_dump(exclude_none=True) for block in content]
-
-
-def full_blocks(tokens: int) -> int:
-    return tokens // BLOCK * BLOCK
 
 
 REQUEST: dict[str, Any] = {
@@ -88,7 +91,7 @@ def test_streamed_tool_loop_keeps_the_cache_and_counts_exactly(qwen: Served) -> 
     assert second.content[1].text == "done."
     assert second.stop_reason == "end_turn"
     # The whole first turn (prompt + the model's own output, thinking included) is reused.
-    assert second.usage.cache_read_input_tokens >= full_blocks(total)
+    assert second.usage.cache_read_input_tokens >= reusable(total)
     assert prompt_tokens(second.usage) == counted(c, messages)
 
 
@@ -115,7 +118,7 @@ def test_thinking_blocks_stay_separate_and_round_trip_with_their_signatures(qwen
     ]
     second = c.messages.create(messages=messages, **REQUEST)
     # Both thinking blocks re-rendered in place, byte for byte: the cache covers all of turn 1.
-    assert second.usage.cache_read_input_tokens >= full_blocks(
+    assert second.usage.cache_read_input_tokens >= reusable(
         prompt_tokens(first.usage) + first.usage.output_tokens
     )
 
@@ -199,7 +202,7 @@ def test_max_tokens_zero_prefills_only(qwen: Served) -> None:
     warm = c.messages.create(model="m", max_tokens=0, messages=messages)
     assert warm.content == [] and warm.stop_reason == "max_tokens" and warm.usage.output_tokens == 0
     answer = c.messages.create(model="m", max_tokens=100, messages=messages)
-    assert answer.usage.cache_read_input_tokens >= full_blocks(prompt_tokens(warm.usage)) > 0
+    assert answer.usage.cache_read_input_tokens >= reusable(prompt_tokens(warm.usage)) > 0
 
 
 def test_omitted_thinking_travels_sealed_and_comes_back_whole(qwen: Served) -> None:
@@ -216,7 +219,7 @@ def test_omitted_thinking_travels_sealed_and_comes_back_whole(qwen: Served) -> N
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "hello"}]},
     ]
     second = c.messages.create(messages=messages, **request)
-    assert second.usage.cache_read_input_tokens >= full_blocks(
+    assert second.usage.cache_read_input_tokens >= reusable(
         prompt_tokens(first.usage) + first.usage.output_tokens
     )
 

@@ -177,6 +177,20 @@ def test_sdk_final_response() -> None:
     assert final.usage.output_tokens_details.reasoning_tokens == 5
 
 
+@pytest.mark.parametrize("live", [False, True])
+def test_a_call_id_outside_the_id_alphabet_keeps_one_item_id_from_added_to_done(live: bool) -> None:
+    # Kimi's calls carry their own ids (`functions.NAME:IDX`); the item id derived from one must not
+    # change between events, or the SDK refuses the stream.
+    kimi = ("call", "functions.exec_command:0", "exec_command", '{"cmd": "ls"}')
+    raw = encode(turn(kimi, finish="tool_calls"), stream_tool_arguments=live)
+    ids = {d["item"]["id"] for _, d in parse_sse(raw) if d["type"].startswith("response.output_item.")}
+    assert len(ids) == 1 and ids.pop().startswith("fc_")
+    final = sdk_final(raw)
+    assert [(o.type, getattr(o, "call_id", None)) for o in final.output] == [
+        ("function_call", "functions.exec_command:0")
+    ]
+
+
 def test_failed_call_becomes_text_and_length_is_incomplete() -> None:
     final = sdk_final(encode(turn(("bad", "call_x", "exec_command", '{"cm', "<call>{"))))
     assert [o.type for o in final.output] == ["message"] and final.output_text == "<call>{"
@@ -396,6 +410,31 @@ def test_previous_response_id() -> None:
     )
     assert [m.role for m in second.conversation.messages] == ["user", "assistant", "tool"]
     assert second.conversation.system == ()  # instructions do not carry over
+    with_developer = decode_responses(
+        {
+            "model": "m",
+            "instructions": "be brief",
+            "input": [
+                {"type": "message", "role": "developer", "content": "You are Codex."},
+                {"type": "message", "role": "user", "content": "hi"},
+            ],
+        },
+        signer=SIGNER,
+        store=store,
+    )
+    store.remember(with_developer, "resp_dev", TurnAccumulator().feed_all(events).message())
+    continued = decode_responses(
+        {
+            "model": "m",
+            "instructions": "now be verbose",
+            "previous_response_id": "resp_dev",
+            "input": [{"type": "function_call_output", "call_id": "call_p1", "output": "x"}],
+        },
+        signer=SIGNER,
+        store=store,
+    )
+    # Developer input items are history and carry over; the old instructions are replaced.
+    assert continued.conversation.system == (Text("now be verbose"), Text("You are Codex."))
     for store_arg in (store, None):
         with pytest.raises(InvalidRequestError) as err:
             decode_responses(
@@ -406,7 +445,7 @@ def test_previous_response_id() -> None:
         assert err.value.code == "previous_response_not_found" and err.value.param == "previous_response_id"
     store.put("resp_b", ())
     store.put("resp_c", ())
-    assert store.get("resp_a") is None  # bounded: the oldest went first
+    assert store.get("resp_a") is None and store.get("resp_dev") is None  # bounded: the oldest went first
     unstored = decode_responses({"model": "m", "input": "x", "store": False}, signer=SIGNER)
     store.remember(unstored, "resp_d", Message("assistant", ()))
     assert store.get("resp_d") is None

@@ -7,9 +7,7 @@ from collections import OrderedDict
 from typing import Any
 
 from agentserve.api.request import ResponsesRequest
-from agentserve.conversation import (
-    Message,
-)
+from agentserve.conversation import Message, Text
 
 CUSTOM_INPUT = "input"  # the one argument of a freeform tool offered as a function
 
@@ -33,27 +31,44 @@ def custom_input(arguments: str) -> str:
 
 
 class ResponseStore:
-    """Bounded memory of stored responses (`store: true`) for `previous_response_id`."""
+    """Bounded memory of stored responses (`store: true`) for `previous_response_id`.
+
+    A response's history is its input's messages plus its output turn, and the system text that came
+    from its input items (developer/system messages); `instructions` do not carry over, as on the
+    real API.
+    """
 
     __slots__ = ("_items", "_max")
 
     def __init__(self, max_responses: int = 1024) -> None:
         self._max = max_responses
-        self._items: OrderedDict[str, tuple[Message, ...]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[tuple[Text, ...], tuple[Message, ...]]] = OrderedDict()
 
-    def put(self, response_id: str, history: tuple[Message, ...]) -> None:
-        self._items[response_id] = history
+    def put(self, response_id: str, history: tuple[Message, ...], system: tuple[Text, ...] = ()) -> None:
+        self._items[response_id] = (system, history)
         self._items.move_to_end(response_id)
         while len(self._items) > self._max:
             self._items.popitem(last=False)
 
-    def get(self, response_id: str) -> tuple[Message, ...] | None:
-        history = self._items.get(response_id)
-        if history is not None:
+    def _entry(self, response_id: str) -> tuple[tuple[Text, ...], tuple[Message, ...]] | None:
+        entry = self._items.get(response_id)
+        if entry is not None:
             self._items.move_to_end(response_id)
-        return history
+        return entry
+
+    def get(self, response_id: str) -> tuple[Message, ...] | None:
+        entry = self._entry(response_id)
+        return None if entry is None else entry[1]
+
+    def system(self, response_id: str) -> tuple[Text, ...]:
+        """The system text the stored response's input items carried (empty if unknown)."""
+        entry = self._entry(response_id)
+        return () if entry is None else entry[0]
 
     def remember(self, request: ResponsesRequest, response_id: str, turn: Message) -> None:
         """After a completed response: its whole history (input + output) under its id, if stored."""
         if request.store:
-            self.put(response_id, (*request.conversation.messages, turn))
+            system = request.conversation.system
+            if request.instructions:  # the first system text; it does not carry over
+                system = system[1:]
+            self.put(response_id, (*request.conversation.messages, turn), system)

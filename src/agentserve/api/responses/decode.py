@@ -284,6 +284,7 @@ def decode_responses(body: Any, *, signer: Signer, store: ResponseStore | None =
                 param="previous_response_id",
                 code="previous_response_not_found",
             )
+        d.system += store.system(previous) if store is not None else ()
         d.messages += history
         for message in history:
             for call in message.tool_calls:

@@ -1,0 +1,108 @@
+"""Operations endpoints, the OpenAPI document, keep-alive pings and client disconnects."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from scenarios import QWEN3_DEFAULT, QWEN3_RULES, write_scenario
+from served import Served, served
+
+from agentserve.api.sse import PING_COMMENT
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_scenario(tmp_path_factory.mktemp("ops"), QWEN3_RULES, QWEN3_DEFAULT)
+
+
+@pytest.fixture(scope="module")
+def fast(scenario: str) -> Iterator[Served]:
+    with served({"script": scenario}) as s:
+        yield s
+
+
+def test_root_health_ready_metrics(fast: Served) -> None:
+    head = httpx.head(fast.url + "/")  # Claude Code's connectivity probe
+    assert head.status_code == 200 and head.content == b""
+    assert httpx.get(fast.url + "/").json()["models"] == ["qwen3-sim"]
+    assert httpx.get(fast.url + "/health").json() == {"status": "ok"}
+    ready = httpx.get(fast.url + "/ready").json()
+    assert ready["ready"] is True and set(ready["workers"]) == {"sim-0", "sim-1"}
+    httpx.post(
+        fast.url + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    metrics = httpx.get(fast.url + "/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    assert 'agentserve_frontend_requests_total{api="chat",status="stop"}' in metrics.text
+
+
+def test_openapi_matches_the_routes(fast: Served) -> None:
+    spec = httpx.get(fast.url + "/openapi.json").json()
+    paths = spec["paths"]
+    for path in ("/v1/messages", "/v1/messages/count_tokens", "/v1/chat/completions", "/v1/responses"):
+        body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"type": "object", "additionalProperties": True}
+        assert "422" not in paths[path]["post"]["responses"]  # our decoders answer 400, never 422
+    assert "text/event-stream" in paths["/v1/messages"]["post"]["responses"]["200"]["content"]
+    assert {"get", "head"} <= set(paths["/"])
+    served_paths = {
+        (route.path.replace(":path}", "}"), method.lower())  # type: ignore[attr-defined]
+        for route in fast.app.routes
+        for method in getattr(route, "methods", ()) or ()
+        if route.path not in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")  # type: ignore[attr-defined]
+    }
+    documented = {(path, method) for path, ops in paths.items() for method in ops}
+    assert documented == served_paths
+    for path, method in documented:  # every documented operation exists (no 404/405) and never 500s
+        url = fast.url + path.replace("{model_id}", "qwen3-sim")
+        r = httpx.request(method.upper(), url, json={})
+        assert r.status_code not in (404, 405) and r.status_code < 500, (path, method, r.status_code)
+
+
+def test_pings_keep_a_slow_stream_alive_and_a_disconnect_aborts_it(scenario: str) -> None:
+    # 100 simulated seconds per real second... inverted: 0.01 makes a B200 a hundred times slower,
+    # so prefill takes about half a second and each token ~0.4 s.
+    settings = {"script": scenario, "sim_speedup": 0.01, "ping_interval_s": 0.05}
+    with served(settings) as s:
+        body = {
+            "model": "m",
+            "max_tokens": 50,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi " * 50}],
+        }
+        comments = events = 0
+        started = False
+        with httpx.stream("POST", s.url + "/v1/messages", json=body, timeout=20) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            assert r.headers["x-accel-buffering"] == "no"
+            for line in r.iter_lines():
+                if line == PING_COMMENT.decode().strip():
+                    assert not started
+                    comments += 1
+                elif line == "event: message_start":
+                    started = True
+                elif line == "event: ping" and started:
+                    events += 1
+                    if events >= 3:
+                        break  # hang up mid-generation
+        assert comments >= 3, "SSE comments keep the connection alive before message_start"
+        engines = s.backend.engines.values()
+        for _ in range(200):
+            if sum(e.load().requests_aborted for e in engines) >= 1:
+                break
+            time.sleep(0.025)
+        assert sum(e.load().requests_aborted for e in engines) == 1
+        assert sum(e.load().running for e in engines) == 0
+
+        # Non-streaming too: a client that gives up stops the generation.
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(s.url + "/v1/messages", json={**body, "stream": False}, timeout=0.3)
+        for _ in range(200):
+            if sum(e.load().requests_aborted for e in engines) >= 2:
+                break
+            time.sleep(0.025)
+        assert sum(e.load().requests_aborted for e in engines) == 2

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,6 +32,7 @@ from agentserve.api.errors import (
     NotFoundError,
     RequestTooLargeError,
 )
+from agentserve.api.request import DecodedRequest
 from agentserve.api.signing import Signer
 from agentserve.config import ApiName, FrontendConfig
 from agentserve.frontend.backend import Backend
@@ -49,10 +49,10 @@ from agentserve.frontend.http import (
     parse_json,
     read_body,
 )
-from agentserve.frontend.metrics import FrontendMetrics
 from agentserve.frontend.service import Frontend
 from agentserve.frontend.surfaces import SURFACES, AnthropicSurface
 from agentserve.prompt.pipeline import PromptPipeline
+from agentserve.telemetry import RequestTelemetry, Telemetry, accepted_body
 
 log = logging.getLogger("agentserve.frontend")
 
@@ -85,26 +85,28 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
     config = frontend.config
 
     async def route(request: Request) -> Response:
-        started = time.perf_counter()
         request_id = new_request_id()
         headers = request.headers
-        frontend.metrics.started(api)
-        stream = False
+        trace: RequestTelemetry | None = None
+        decoded: DecodedRequest | None = None
         try:
             scope = keys.check(headers)
             if api == "anthropic":
                 betas.note(headers.getlist("anthropic-beta"))
             body = parse_json(await read_body(request, config.max_body_bytes))
             decoded = surface.decode(body, frontend.ctx, scope or "")
-            stream = decoded.options.stream
+            identity = decoded.agent_identity(headers)
+            trace = frontend.trace(request_id, api, headers, decoded, identity)
             prepared = frontend.prepare(
-                surface, decoded, headers, scope=scope or "", request_id=request_id, started_at=started
+                surface, decoded, identity, trace, scope=scope or "", request_id=request_id
             )
             gen = await frontend.open(prepared)
         except ApiError as error:
-            frontend.record_rejected(api, "client_error" if error.status < 500 else "server_error", started)
-            if stream and api == "responses" and isinstance(error, ContextLengthError):
+            frontend.rejected(trace or frontend.trace(request_id, api, headers, decoded), error)
+            streamed = decoded is not None and decoded.options.stream
+            if streamed and api == "responses" and isinstance(error, ContextLengthError):
                 # Codex reads context overflow from `response.failed` (then compacts), not a status.
+                assert decoded is not None
                 writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
                 return _one_shot_stream(writer.error(error), request_id)
             return error_response(
@@ -112,13 +114,12 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
             )
         except Exception:
             log.exception("%s: %s request failed", request_id, api)
-            frontend.record_rejected(api, "server_error", started)
-            return error_response(
-                InternalError(f"internal error (request {request_id})"), surface.error_kind, request_id
-            )
+            internal = InternalError(f"internal error (request {request_id})")
+            frontend.rejected(trace or frontend.trace(request_id, api, headers, decoded), internal)
+            return error_response(internal, surface.error_kind, request_id)
 
         out_headers = id_headers(request_id)
-        if stream:
+        if decoded.options.stream:
             writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
             return EventStreamResponse(
                 frontend.stream(prepared, gen, writer),
@@ -164,22 +165,25 @@ def create_app(
     pipeline: PromptPipeline | None = None,
     signer: Signer | None = None,
     keys: ApiKeys | None = None,
+    telemetry: Telemetry | None = None,
 ) -> FastAPI:
     """The frontend app over `backend` (started and stopped with the app's lifespan)."""
     pipeline = pipeline or PromptPipeline.from_config(config)
-    frontend = Frontend(
-        config, backend, pipeline, signer=signer or Signer.random(), metrics=FrontendMetrics()
-    )
+    frontend = Frontend(config, backend, pipeline, signer=signer or Signer.random(), telemetry=telemetry)
     keys = keys if keys is not None else ApiKeys.load(config.api_keys_file)
     betas = BetaLog()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        endpoint = frontend.telemetry.start()  # the harness tool-event socket, when configured
+        if endpoint is not None:
+            log.info("harness tool events on %s", endpoint)
         await backend.start()
         try:
             yield
         finally:
             await backend.stop()
+            frontend.telemetry.close()
 
     app = FastAPI(
         title="agentserve",
@@ -344,8 +348,28 @@ def create_app(
 
     @app.get("/metrics", summary="Prometheus metrics", tags=["ops"])
     async def metrics() -> Response:
-        data, content_type = frontend.metrics.exposition()
+        data, content_type = frontend.telemetry.metrics.exposition()
         return Response(data, media_type=content_type)
+
+    @app.post(
+        "/v1/agent/tool_events",
+        summary="Harness tool events (start/end/error), joined to the request that dispatched the call",
+        tags=["telemetry"],
+        status_code=202,
+        openapi_extra=_JSON_BODY,
+        responses={
+            202: {"description": "`{accepted, joined}`"},
+            "4XX": {"description": "OpenAI error shape"},
+        },
+    )
+    async def tool_events(request: Request) -> Response:
+        rid = new_request_id()
+        try:
+            keys.check(request.headers)
+            records = frontend.telemetry.submit_tool_events(await read_body(request, config.max_body_bytes))
+        except ApiError as error:  # ToolEventError is an InvalidRequestError
+            return error_response(error, "openai", rid, close=isinstance(error, RequestTooLargeError))
+        return json_response(accepted_body(records), 202, id_headers(rid))
 
     return app
 

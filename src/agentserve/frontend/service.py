@@ -3,17 +3,17 @@
     decode (surface) → identity + agent hints → prompt pipeline (strip, render, tokens, hashes)
     → context-length check → Backend.generate (router + worker) → steps → family parser
     → OutputEvents → the API's encoder → SSE frames or one JSON body
-    → after the turn: call memory / response store, the session's drift detector, metrics
+    → after the turn: call memory / response store, the session's drift detector, the trace record
 
 `Frontend` holds what lives as long as the process: the prompt pipeline, the backend, the signer,
-the call memory, the response store, the drift detector and the metrics. HTTP specifics stay in
-`app.py` and `http.py`.
+the call memory, the response store, the drift detector and the telemetry hub (trace records and
+metrics). HTTP specifics stay in `app.py` and `http.py`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
@@ -31,26 +31,27 @@ from agentserve.api.request import DecodedRequest
 from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
-from agentserve.config import FrontendConfig
-from agentserve.conversation import Finish, OutputEvent, ToolCallEnd, Usage
+from agentserve.config import ApiName, FrontendConfig
+from agentserve.conversation import Finish, FinishReason, OutputEvent, ToolCallEnd, Usage
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.generate import Generation
-from agentserve.frontend.metrics import FrontendMetrics
 from agentserve.frontend.models import served_models
 from agentserve.frontend.plan import generation_hints, output_budget, route_request, sampling_params
-from agentserve.frontend.surfaces import SURFACES, Context, StreamWriter, Surface, stream_response_id
+from agentserve.frontend.surfaces import Context, StreamWriter, Surface, stream_response_id
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
+from agentserve.telemetry import RequestTelemetry, Telemetry
 from agentserve.worker.engine import GenerateRequest
 from agentserve.worker.engine import InvalidRequestError as EngineInvalidRequest
 
 log = logging.getLogger("agentserve.frontend")
 
 WORKER_LOST = "the worker serving this request failed; retry the request"
+_MAX_SESSIONS = 4096  # sessions whose last prompt length is kept (a drift's cause needs it)
 
 
 @dataclass(slots=True)
@@ -66,7 +67,7 @@ class Prepared:
     max_tokens: int
     discard_output: bool  # Anthropic max_tokens 0: prefill only (a cache pre-warm)
     drift: DriftReport | None
-    started_at: float
+    trace: RequestTelemetry
 
     @property
     def model(self) -> str:
@@ -83,12 +84,14 @@ class Frontend:
         pipeline: PromptPipeline,
         *,
         signer: Signer,
-        metrics: FrontendMetrics | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
         self.pipeline = pipeline
-        self.metrics = metrics or FrontendMetrics()
+        self.models: list[ModelFacts] = served_models(config, pipeline.family)
+        self._model_ids = frozenset(i for m in self.models for i in m.ids)
+        self.telemetry = telemetry or Telemetry.from_config(config, served_models=self._model_ids)
         self.ctx = Context(
             signer=signer,
             memory=CallMemory(config.call_memory_turns),
@@ -96,9 +99,8 @@ class Frontend:
             dispatch=config.enable_streaming_tool_dispatch,
         )
         self.drift = DriftDetector(pipeline.tokenizer.decode)
-        self.models: list[ModelFacts] = served_models(config, pipeline.family)
+        self._prompt_lengths: OrderedDict[str, int] = OrderedDict()  # session → last prompt's length
         self.context_window = self.models[0].context_window
-        self._model_ids = frozenset(i for m in self.models for i in m.ids)
 
     # -- before dispatch ---------------------------------------------------------------------------
 
@@ -121,41 +123,57 @@ class Frontend:
         except RecursionError:
             raise InvalidRequestError("the request is nested too deeply to render") from None
 
+    def trace(
+        self,
+        request_id: str,
+        api: ApiName,
+        headers: Mapping[str, str],
+        request: DecodedRequest | None = None,
+        identity: AgentIdentity | None = None,
+    ) -> RequestTelemetry:
+        """The request's trace record (and metrics), labelled with the model that serves it."""
+        model = self.config.model
+        if request is not None and request.options.model in self._model_ids:
+            model = request.options.model
+        return self.telemetry.request(
+            request_id, api, model, identity=identity, x_request_id=headers.get("x-request-id")
+        )
+
     def prepare(
         self,
         surface: Surface,
         request: DecodedRequest,
-        headers: Mapping[str, str],
+        identity: AgentIdentity,
+        trace: RequestTelemetry,
         *,
         scope: str,
         request_id: str,
-        started_at: float,
     ) -> Prepared:
         self.check_model(request.options.model)
-        identity = request.agent_identity(headers)
         if request.ignored:
-            log.debug(
-                "%s %s: accepted and ignored %s", request_id, surface.name, ", ".join(request.ignored[:20])
-            )
+            ignored = ", ".join(request.ignored[:20])
+            log.debug("%s %s: accepted and ignored %s", request_id, surface.name, ignored)
         prompt = self.render(request)
         requested = request.options.max_tokens
         max_tokens = output_budget(
             None if requested == 0 else requested, len(prompt.token_ids), self.context_window
         )
-        for rule, count in prompt.stripped.items():
-            if count:
-                self.metrics.stripped.labels(rule).inc(count)
-        drift = None
-        if identity.session_id is not None:
-            drift = self.drift.check(identity.session_id, prompt.token_ids)
+        drift = previous_prompt = None
+        session = identity.session_id
+        if session is not None:
+            drift = self.drift.check(session, prompt.token_ids)
+            previous_prompt = self._prompt_lengths.get(session)
             if drift is not None and drift.drifted:
-                self.metrics.drift.labels(surface.name).inc()
-                log.info(
-                    "%s prefix drift in session %s: %s",
-                    request_id,
-                    identity.session_id,
-                    drift.to_json(),
-                )
+                # The text around the divergence goes to the log only (trace records hold no text).
+                log.info("%s prefix drift in session %s: %s", request_id, session, drift.to_json())
+        trace.rendered(
+            block_hashes=prompt.block_hashes,
+            block_size=self.pipeline.block_size,
+            input_length=len(prompt.token_ids),
+            stripped=prompt.stripped,
+            drift=drift,
+            previous_prompt_tokens=previous_prompt,
+        )
         return Prepared(
             surface=surface,
             request=request,
@@ -166,7 +184,7 @@ class Frontend:
             max_tokens=1 if requested == 0 else max_tokens,
             discard_output=requested == 0,
             drift=drift,
-            started_at=started_at,
+            trace=trace,
         )
 
     async def open(self, p: Prepared) -> Generation:
@@ -188,6 +206,8 @@ class Frontend:
             raise OverloadedError("no worker can take the request now; retry shortly") from None
         except EngineInvalidRequest as exc:
             raise InvalidRequestError(str(exc)) from None
+        decision = stream.decision
+        p.trace.routed(decision.worker, decision.overlap_blocks, prompt_blocks=decision.prompt_blocks)
         parser = self.pipeline.family.parser(
             ParserOptions(starts_in_reasoning=prompt.starts_in_reasoning, tools=request.conversation.tools)
         )
@@ -203,110 +223,104 @@ class Frontend:
 
     # -- after the turn ----------------------------------------------------------------------------
 
-    def _after(self, p: Prepared, gen: Generation, events: list[OutputEvent], response_id: str | None) -> int:
-        """Remember the turn (call memory / response store / drift); returns the calls dispatched."""
-        calls = sum(1 for e in events if type(e) is ToolCallEnd)
+    def _after(self, p: Prepared, gen: Generation, events: list[OutputEvent], response_id: str) -> None:
+        """Remember a completed turn: call memory / response store, and the session's drift state."""
         finish = gen.finish
         if finish is None or finish.reason in ("abort", "error"):
-            return calls
-        if p.identity.session_id is not None:
-            self.drift.remember(p.identity.session_id, p.prompt.token_ids, gen.generated)
+            return
+        session = p.identity.session_id
+        if session is not None:
+            self.drift.remember(session, p.prompt.token_ids, gen.generated)
+            self._prompt_lengths[session] = len(p.prompt.token_ids)
+            self._prompt_lengths.move_to_end(session)
+            while len(self._prompt_lengths) > _MAX_SESSIONS:
+                self._prompt_lengths.popitem(last=False)
+        calls = any(type(e) is ToolCallEnd for e in events)
         store = p.surface.name == "responses" and getattr(p.request, "store", False)
-        if (calls or store) and response_id is not None:
-            turn = TurnAccumulator().feed_all(events)
-            p.surface.remember(p.request, turn, response_id, self.ctx, p.scope)
-        return calls
+        if calls or store:
+            p.surface.remember(p.request, TurnAccumulator().feed_all(events), response_id, self.ctx, p.scope)
 
-    def _record(
-        self, p: Prepared, status: str, gen: Generation | None, ttft: float | None, calls: int
-    ) -> None:
-        usage = gen.finish.usage if gen is not None and gen.finish is not None else Usage()
-        self.metrics.finished(
-            p.surface.name,
-            status,
-            seconds=time.perf_counter() - p.started_at,
-            ttft=ttft,
-            input_tokens=usage.input_tokens,
-            cached_tokens=usage.cached_tokens,
-            output_tokens=usage.output_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
-            tool_calls=calls,
-        )
+    @staticmethod
+    def _finished(p: Prepared, gen: Generation, reason: FinishReason, events: list[OutputEvent]) -> None:
+        finish = gen.finish
+        usage = finish.usage if finish is not None else Usage(gen.prompt_tokens, gen.output_tokens)
+        if reason in ("stop", "length") and any(type(e) is ToolCallEnd for e in events):
+            reason = "tool_calls"  # what the client was told: a call went out, it may be running it
+        p.trace.finished(usage, reason)
 
     # -- the two ways out --------------------------------------------------------------------------
 
     async def stream(self, p: Prepared, gen: Generation, writer: StreamWriter) -> AsyncIterator[bytes]:
         """The SSE frames of one request, one chunk per engine step."""
-        status = "abort"  # until the stream ends on its own (a disconnect leaves it at this)
-        ttft: float | None = None
+        reason: FinishReason = "abort"  # until the stream ends on its own (a disconnect leaves it)
         events: list[OutputEvent] = []
-        calls = 0
         feed = writer.feed
+        on_event = p.trace.on_event
+        first = True
         batches = gen.batches()
         try:
             yield writer.opening()
             try:
                 async for batch in batches:
-                    if ttft is None:
-                        ttft = time.perf_counter() - p.started_at
+                    if first:  # the first engine step: prefill is done, the prompt's usage is known
+                        first = False
+                        p.trace.first_token()
                         head = writer.started(Usage(gen.prompt_tokens, 0, gen.cached_tokens))
                     else:
                         head = b""
                     events += batch
-                    if batch and type(batch[-1]) is Finish:
-                        finish = batch[-1]
-                        assert isinstance(finish, Finish)
-                        body = [feed(e) for e in batch[:-1]]
-                        body.append(writer.finish(finish, gen.stop_sequence))
-                        status = finish.reason
-                    else:
-                        body = [feed(e) for e in batch]
-                    yield head + b"".join(body)
+                    out = [head]
+                    for event in batch:
+                        on_event(event, output_tokens=gen.output_tokens)
+                        if type(event) is Finish:
+                            out.append(writer.finish(event, gen.stop_sequence))
+                            reason = event.reason
+                        else:
+                            out.append(feed(event))
+                    yield b"".join(out)
             except WorkerLostError as exc:
                 log.warning("%s: %s", p.request_id, exc)
-                status = "error"
+                reason = "error"
                 yield writer.error(OverloadedError(WORKER_LOST))
             except Exception:
                 log.exception("%s: the stream failed", p.request_id)
-                status = "error"
+                reason = "error"
                 yield writer.error(InternalError(f"internal error (request {p.request_id})"))
-            calls = self._after(p, gen, events, stream_response_id(writer) or p.request_id)
+            self._after(p, gen, events, stream_response_id(writer) or p.request_id)
         finally:
             await batches.aclose()
-            self._record(p, status, gen, ttft, calls)
+            self._finished(p, gen, reason, events)
 
     async def complete(self, p: Prepared, gen: Generation) -> dict[str, object]:
         """The non-streaming body. Raises ApiError (the response gets the API's error status)."""
         events: list[OutputEvent] = []
-        ttft: float | None = None
-        status = "abort"
-        calls = 0
+        reason: FinishReason = "abort"
+        on_event = p.trace.on_event
+        first = True
         batches = gen.batches()
         try:
             try:
                 async for batch in batches:
-                    if ttft is None:
-                        ttft = time.perf_counter() - p.started_at
+                    if first:
+                        first = False
+                        p.trace.first_token()
+                    for event in batch:
+                        on_event(event, output_tokens=gen.output_tokens)
                     events += batch
             except WorkerLostError as exc:
                 log.warning("%s: %s", p.request_id, exc)
-                status = "error"
+                reason = "error"
                 raise OverloadedError(WORKER_LOST) from None
-            turn = TurnAccumulator().feed_all(events)
             finish = gen.finish
-            status = finish.reason if finish is not None else "abort"
-            try:
-                body, response_id = p.surface.build(turn, p.request, self.ctx, p.model, gen.stop_sequence)
-            except ApiError:
-                status = "error" if status not in ("abort", "error") else status
-                raise
-            calls = self._after(p, gen, events, response_id)
+            reason = finish.reason if finish is not None else "abort"
+            turn = TurnAccumulator().feed_all(events)
+            body, response_id = p.surface.build(turn, p.request, self.ctx, p.model, gen.stop_sequence)
+            self._after(p, gen, events, response_id)
             return body
         finally:
             await batches.aclose()
-            self._record(p, status, gen, ttft, calls)
+            self._finished(p, gen, reason, events)
 
-    def record_rejected(self, api: str, status: str, started_at: float) -> None:
-        """A request answered with an error before it was dispatched."""
-        surface = SURFACES[api]  # type: ignore[index]
-        self.metrics.finished(surface.name, status, seconds=time.perf_counter() - started_at)
+    def rejected(self, trace: RequestTelemetry, error: ApiError) -> None:
+        """A request answered with an error status before (or instead of) streaming."""
+        trace.rejected("client_error" if error.status < 500 else "server_error", error_code=error.code)

@@ -8,7 +8,7 @@ from typing import Any
 
 import anthropic
 import pytest
-from scenarios import (
+from sim_scenarios import (
     ANTHROPIC_TOOLS,
     BLOCK,
     QWEN3_DEFAULT,
@@ -18,7 +18,7 @@ from scenarios import (
     reusable,
     write_scenario,
 )
-from served import Served, served
+from stack import Served, served
 
 from agentserve.api import anthropic as codec
 

@@ -10,8 +10,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-from scenarios import QWEN3_DEFAULT, QWEN3_RULES, write_scenario
-from served import Served, served
+from sim_scenarios import QWEN3_DEFAULT, QWEN3_RULES, write_scenario
+from stack import Served, served
 
 from agentserve.config import WorkerConfig
 from agentserve.frontend.http import ApiKeys

@@ -16,8 +16,8 @@ import anthropic
 import openai
 import pytest
 from prompt_cases import FAMILY_NAMES, KWARGS, TOOLS, cases
-from scenarios import reusable, write_scenario
-from served import Served, served
+from sim_scenarios import reusable, write_scenario
+from stack import Served, served
 
 from agentserve.conversation import Reasoning
 

@@ -10,8 +10,15 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scenarios import ANTHROPIC_TOOLS, CHAT_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, RESPONSES_TOOLS, write_scenario
-from served import Served, served
+from sim_scenarios import (
+    ANTHROPIC_TOOLS,
+    CHAT_TOOLS,
+    QWEN3_DEFAULT,
+    QWEN3_RULES,
+    RESPONSES_TOOLS,
+    write_scenario,
+)
+from stack import Served, served
 
 ENDPOINTS = ("/v1/messages", "/v1/messages/count_tokens", "/v1/chat/completions", "/v1/responses")
 ANTHROPIC = {"anthropic-version": "2023-06-01"}

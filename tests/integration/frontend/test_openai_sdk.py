@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from scenarios import CHAT_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, RESPONSES_TOOLS, reusable, write_scenario
-from served import Served, served
+from sim_scenarios import CHAT_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, RESPONSES_TOOLS, reusable, write_scenario
+from stack import Served, served
 
 from agentserve.frontend.http import ApiKeys
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
+import openai
 import pytest
-from scenarios import QWEN3_DEFAULT, QWEN3_RULES, write_scenario
-from served import Served, served
+from sim_scenarios import CHAT_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, write_scenario
+from stack import Served, served
 
 from agentserve.api.sse import PING_COMMENT
 
@@ -37,7 +40,37 @@ def test_root_health_ready_metrics(fast: Served) -> None:
     )
     metrics = httpx.get(fast.url + "/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
-    assert 'agentserve_frontend_requests_total{api="chat",status="stop"}' in metrics.text
+    assert (
+        'agentserve_frontend_requests_total{api="chat",model="qwen3-sim",status="tool_calls"}' in metrics.text
+    )
+
+
+def test_trace_records_and_joined_tool_events(scenario: str, tmp_path: Path) -> None:
+    sink = tmp_path / "trace.jsonl"
+    session = {"x-session-id": "sess-42"}
+    secret = "please run echo hello SECRET-PROMPT-TEXT"
+    with served({"script": scenario, "trace_sink": str(sink)}) as s:
+        o = openai.OpenAI(base_url=s.url + "/v1", api_key="k", max_retries=0)
+        first = o.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": secret}], tools=CHAT_TOOLS, extra_headers=session
+        )
+        call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+        event = {
+            "event_type": "tool_end",
+            "agent_context": {"session_id": "sess-42"},
+            "tool": {"tool_call_id": call.id, "status": "succeeded", "duration_ms": 12},
+        }
+        r = httpx.post(s.url + "/v1/agent/tool_events", json=event)
+        assert r.status_code == 202 and r.json() == {"accepted": 1, "joined": 1}
+        bad = httpx.post(s.url + "/v1/agent/tool_events", json={"event_type": "nope"})
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    lines = [json.loads(line) for line in sink.read_text().splitlines()]
+    request = next(line["request"] for line in lines if line["event_type"] == "request_end")
+    assert request["api"] == "chat" and request["status"] == "tool_calls" and request["model"] == "qwen3-sim"
+    assert [c["status"] for c in request["tool_calls"]] == ["dispatched"]
+    assert request["worker"]["worker_id"] in ("sim-0", "sim-1") and request["ttft_ms"] is not None
+    assert any(line["event_type"] == "tool_end" for line in lines)
+    assert "SECRET-PROMPT-TEXT" not in sink.read_text()  # never prompt or output text
 
 
 def test_openapi_matches_the_routes(fast: Served) -> None:

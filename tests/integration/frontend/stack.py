@@ -46,15 +46,8 @@ class Served:
 
 
 @contextlib.contextmanager
-def served(
-    settings: Mapping[str, Any] | None = None,
-    *,
-    engines: Mapping[str, Engine] | None = None,
-    keys: ApiKeys | None = None,
-) -> Iterator[Served]:
-    """`agentserve up` with `settings` (UpConfig fields; zero-time sim unless given)."""
-    config = UpConfig.model_validate({"port": 0, "sim_speedup": 0, **(settings or {})})
-    app, backend = build_up(config, engines=engines, keys=keys or ApiKeys())
+def serving(app: Any) -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:
+    """Any ASGI app on uvicorn (127.0.0.1, ephemeral port) in a thread with its own event loop."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
@@ -66,8 +59,22 @@ def served(
             threading.Event().wait(0.01)
         assert server.started, "uvicorn did not start"
         port = server.servers[0].sockets[0].getsockname()[1]
-        yield Served(f"http://127.0.0.1:{port}", app, backend, loop)
+        yield f"http://127.0.0.1:{port}", loop
     finally:
         server.should_exit = True
         thread.join(15)
         loop.close()
+
+
+@contextlib.contextmanager
+def served(
+    settings: Mapping[str, Any] | None = None,
+    *,
+    engines: Mapping[str, Engine] | None = None,
+    keys: ApiKeys | None = None,
+) -> Iterator[Served]:
+    """`agentserve up` with `settings` (UpConfig fields; zero-time sim unless given)."""
+    config = UpConfig.model_validate({"port": 0, "sim_speedup": 0, **(settings or {})})
+    app, backend = build_up(config, engines=engines, keys=keys or ApiKeys())
+    with serving(app) as (url, loop):
+        yield Served(url, app, backend, loop)

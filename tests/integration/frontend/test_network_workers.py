@@ -1,0 +1,101 @@
+"""`agentserve frontend` over `agentserve worker` services: generate over HTTP, KV events over ZeroMQ."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+from sim_scenarios import ANTHROPIC_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, reusable, write_scenario
+from stack import serving
+
+from agentserve.config import ConfigError, FrontendConfig, WorkerConfig
+from agentserve.frontend.app import create_app
+from agentserve.frontend.http import ApiKeys
+from agentserve.frontend.main import build_backend
+from agentserve.frontend.remote import WorkerSetBackend
+from agentserve.worker.main import build_engine
+from agentserve.worker.publisher import KvEventPublisher
+from agentserve.worker.service import create_app as worker_app
+
+
+def wait_ready(url: str) -> None:
+    for _ in range(400):
+        if httpx.get(url + "/ready").status_code == 200:
+            return
+        time.sleep(0.025)
+    raise AssertionError(f"{url} never became ready")
+
+
+def test_the_embedded_router_follows_network_workers(tmp_path: Any) -> None:
+    scenario = write_scenario(tmp_path, QWEN3_RULES, QWEN3_DEFAULT)
+    engine = build_engine(
+        WorkerConfig.model_validate({"family": "qwen3", "sim_script": scenario, "sim_speedup": 0})
+    )
+    publisher = KvEventPublisher("tcp://127.0.0.1:*")
+    with serving(worker_app(engine, publisher=publisher)) as (worker_url, _):
+        config = FrontendConfig.model_validate({"model": "qwen3-sim", "worker_urls": [worker_url]})
+        backend = build_backend(config)
+        assert isinstance(backend, WorkerSetBackend)
+        with serving(create_app(config, backend, keys=ApiKeys())) as (url, _):
+            wait_ready(url)
+            c = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+            request: dict[str, Any] = {"model": "m", "max_tokens": 500, "tools": ANTHROPIC_TOOLS}
+            messages: list[dict[str, Any]] = [{"role": "user", "content": "please run echo hello"}]
+            first = c.messages.create(messages=messages, **request)
+            call = first.content[-1]
+            assert call.type == "tool_use" and call.input == {"command": "echo hello"}
+            messages += [
+                {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "hello"}],
+                },
+            ]
+            second = c.messages.create(messages=messages, **request)
+            turn1 = first.usage.input_tokens + first.usage.cache_read_input_tokens + first.usage.output_tokens
+            assert second.usage.cache_read_input_tokens >= reusable(turn1)
+            # The router learnt the worker's blocks from its ZeroMQ events (and its snapshot).
+            for _ in range(200):
+                if backend.router.stats().index.blocks * 32 >= reusable(turn1):
+                    break
+                time.sleep(0.025)
+            assert backend.router.stats().index.blocks * 32 >= reusable(turn1)
+            assert httpx.get(url + "/ready").json()["workers"] == {worker_url: {"ready": True}}
+
+
+def test_a_frontend_needs_workers_or_a_router() -> None:
+    with pytest.raises(ConfigError, match="worker-urls"):
+        build_backend(FrontendConfig.model_validate({"model": "qwen3-sim"}))
+    with pytest.raises(ConfigError, match="router service client"):
+        build_backend(
+            FrontendConfig.model_validate({"model": "qwen3-sim", "router_url": "http://127.0.0.1:1"})
+        )
+
+
+def test_a_worker_that_goes_away_leaves_the_router(tmp_path: Any) -> None:
+    scenario = write_scenario(tmp_path, QWEN3_RULES, QWEN3_DEFAULT)
+    engine = build_engine(
+        WorkerConfig.model_validate({"family": "qwen3", "sim_script": scenario, "sim_speedup": 0})
+    )
+    with contextlib.ExitStack() as stack:
+        worker_url, _ = stack.enter_context(
+            serving(worker_app(engine, publisher=KvEventPublisher("tcp://127.0.0.1:*")))
+        )
+        config = FrontendConfig.model_validate({"model": "qwen3-sim", "worker_urls": [worker_url]})
+        backend = WorkerSetBackend([worker_url], poll_s=0.05)
+        with serving(create_app(config, backend, keys=ApiKeys())) as (url, _):
+            wait_ready(url)
+            stack.close()  # the worker process goes away
+            for _ in range(400):
+                if httpx.get(url + "/ready").status_code == 503:
+                    break
+                time.sleep(0.025)
+            assert httpx.get(url + "/ready").status_code == 503
+            assert backend.router.workers == ()
+            body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+            r = httpx.post(url + "/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
+            assert r.status_code == 529 and r.json()["error"]["type"] == "overloaded_error"

@@ -7,16 +7,19 @@ its banner. It runs in its own process group, so teardown ends it and anything i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -46,6 +49,21 @@ class Stack:
     base_url: str
     process: subprocess.Popen[str]
     log_path: Path
+    trace_path: Path
+
+    def traces(self, count: int, *, after: int = 0, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Trace records (one per request, `request` part) from number `after` on, waiting up to
+        `timeout` s for `count` of them (the sink writes off the request path, flushing within 1 s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.trace_path.read_text().splitlines() if self.trace_path.exists() else []
+            records = [json.loads(line) for line in lines if line.strip()][after:]
+            if len(records) >= count or time.monotonic() > deadline:
+                return records
+            time.sleep(0.1)
+
+    def trace_count(self) -> int:
+        return len(self.traces(0, timeout=0))
 
     def log(self) -> str:
         """What the server printed so far (shown when a test fails)."""
@@ -111,8 +129,10 @@ def running_stack(workdir: Path, args: Sequence[str]) -> Iterator[Stack]:
     """`agentserve up --host 127.0.0.1 --port 0 ARGS…` until the block ends."""
     log = workdir / "agentserve-up.log"
     log.write_text("")
+    trace = workdir / "trace.jsonl"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "agentserve", "up", "--host", "127.0.0.1", "--port", "0", *args]
+    cmd = [sys.executable, "-m", "agentserve", "up", "--host", "127.0.0.1", "--port", "0"]
+    cmd += ["--trace-sink", str(trace), *args]
     process = subprocess.Popen(
         cmd,
         cwd=workdir,
@@ -125,9 +145,28 @@ def running_stack(workdir: Path, args: Sequence[str]) -> Iterator[Stack]:
     )
     try:
         base_url = _Reader(process, log).wait(START_TIMEOUT_S)
-        yield Stack(base_url, process, log)
+        yield Stack(base_url, process, log, trace)
     finally:
         stop(process)
+
+
+def check_loop_traces(records: list[dict[str, Any]], api: str, tool: str) -> list[dict[str, Any]]:
+    """Server-side facts of the scripted loop, one trace record per model response: 3 turns, the
+    calls of each dispatched (1, then 2 in parallel, then none), the reasoning segments as scripted
+    (1, 2 interleaved, 1), a cold first turn and prefix-cache hits on every later one."""
+    assert len(records) == 3, f"{len(records)} trace records for a 3-turn loop"
+    turns = [r["request"] for r in records]
+    assert [t["api"] for t in turns] == [api] * 3
+    assert [t["status"] for t in turns] == ["tool_calls", "tool_calls", "stop"]
+    assert [[(c["name"], c["status"]) for c in t["tool_calls"]] for t in turns] == [
+        [(tool, "dispatched")],
+        [(tool, "dispatched")] * 2,
+        [],
+    ]
+    assert [t["reasoning_segments"] for t in turns] == [1, 2, 1]
+    assert turns[0]["cached_tokens"] == 0  # each test has a fresh stack
+    assert all(t["cached_tokens"] > 0 for t in turns[1:])
+    return turns
 
 
 def scenario_args(scenario: str, *extra: str) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_stack import MODEL, Stack, delta, running_stack, scenario_args
+from harness_stack import MODEL, Stack, check_loop_traces, delta, running_stack, scenario_args
 from harness_tools import FINAL_TEXT, MISS, PROMPT, Run, base_env, check_loop_files, explain, require, run
 
 pytestmark = pytest.mark.slow
@@ -86,7 +86,7 @@ def stack(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
 
 
 def test_claude_code_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack, tmp_path: Path) -> None:
-    before = stack.metrics()
+    before, traced = stack.metrics(), stack.trace_count()
     result = claude(binary, stack, tmp_path, PROMPT)
     events = result.json_lines()
     with explain(result, log=stack.log()):
@@ -121,6 +121,14 @@ def test_claude_code_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack
 
     # What the server saw: three Anthropic requests, three dispatched calls, the billing line stripped.
     after = stack.metrics()
+    records = stack.traces(3, after=traced)
+    turns = check_loop_traces(records, "anthropic", "Bash")
+    # one session, named by Claude Code's own header
+    assert {(r["agent_context"]["session_id"], r["agent_context"]["source"]) for r in records} == {
+        (records[0]["agent_context"]["session_id"], "header:x-claude-code-session-id")
+    }
+    assert all(t["stripped"] == {"anthropic_billing": 1} for t in turns)  # the billing line, every turn
+    assert all(t["drift"] is None or not t["drift"]["drifted"] for t in turns)
 
     assert delta(before, after, "agentserve_frontend_requests_total", api="anthropic") == 3
     assert delta(before, after, "agentserve_frontend_tool_calls_total", api="anthropic") == 3

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_stack import MODEL, Stack, delta, running_stack, scenario_args
+from harness_stack import MODEL, Stack, check_loop_traces, delta, running_stack, scenario_args
 from harness_tools import FINAL_TEXT, MISS, PROMPT, Run, base_env, check_loop_files, explain, require, run
 
 pytestmark = pytest.mark.slow
@@ -76,7 +76,7 @@ def stack(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
 
 
 def test_codex_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack, tmp_path: Path) -> None:
-    before = stack.metrics()
+    before, traced = stack.metrics(), stack.trace_count()
     result = codex(binary, stack, tmp_path, PROMPT)
     events = result.json_lines()
     with explain(result, log=stack.log()):
@@ -110,8 +110,11 @@ def test_codex_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack, tmp_
         assert usage["reasoning_output_tokens"] > 0
 
     after = stack.metrics()
+    records = stack.traces(3, after=traced)
+    check_loop_traces(records, "responses", "exec_command")
+    assert len({r["agent_context"]["session_id"] for r in records}) == 1  # Codex's thread, all 3 turns
+    assert records[0]["agent_context"]["session_id"] is not None
 
-    assert delta(before, after, "agentserve_frontend_requests_total", api="responses", status="stop") == 3
     assert delta(before, after, "agentserve_frontend_requests_total", api="responses") == 3  # nothing refused
     assert delta(before, after, "agentserve_frontend_tool_calls_total", api="responses") == 3
     # every turn after the first reads the previous prompt from cache

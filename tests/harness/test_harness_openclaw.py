@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_stack import MODEL, Stack, delta, running_stack, scenario_args
+from harness_stack import MODEL, Stack, check_loop_traces, delta, running_stack, scenario_args
 from harness_tools import FINAL_TEXT, MISS, PROMPT, Run, base_env, check_loop_files, explain, require, run
 
 pytestmark = pytest.mark.slow
@@ -72,7 +72,7 @@ def stack(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
 
 
 def test_openclaw_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack, tmp_path: Path) -> None:
-    before = stack.metrics()
+    before, traced = stack.metrics(), stack.trace_count()
     result = openclaw(binary, stack, tmp_path, PROMPT)
     with explain(result, log=stack.log()):
         assert result.returncode == 0
@@ -87,6 +87,7 @@ def test_openclaw_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack, t
         assert out["usage"]["reasoningTokens"] > 0
 
     after = stack.metrics()
+    check_loop_traces(stack.traces(3, after=traced), "chat", "exec")
 
     assert delta(before, after, "agentserve_frontend_requests_total", api="chat") == 3
     assert delta(before, after, "agentserve_frontend_tool_calls_total", api="chat") == 3

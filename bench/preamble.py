@@ -390,10 +390,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conversations", type=int, default=10, help="new conversations per mode")
     ap.add_argument("--speedup", type=float, default=1.0, help="sim clock speed-up (1: real speed)")
-    ap.add_argument("--prefix-chars", type=int, default=77_000, help="system+tools size (~20K tokens)")
+    ap.add_argument("--prefix-chars", type=int, default=92_000, help="system+tools size (~20K tokens)")
     # Claude Code 2.1.330's first request leaves ~3.5K tokens after the shared prefix (the prompt, then
     # its environment message); tests/harness measured 3572.
-    ap.add_argument("--tail-chars", type=int, default=13_500, help="environment message after the prompt")
+    ap.add_argument("--tail-chars", type=int, default=16_000, help="environment message after the prompt")
     ap.add_argument("--quick", action="store_true", help="3 conversations per mode")
     args = ap.parse_args()
     if args.quick:

@@ -30,8 +30,6 @@ BINARIES = {
     "pi": TOOLS / "harnesses" / "node_modules" / ".bin" / "pi",
     "openclaw": TOOLS / "openclaw" / "node_modules" / ".bin" / "openclaw",
 }
-# Versions pinned in scripts/harnesses/*/package.json (the tests check the installed ones match).
-VERSIONS = {"claude": "2.1.330", "codex": "0.169.0", "pi": "0.73.1", "openclaw": "2026.9.6"}
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 

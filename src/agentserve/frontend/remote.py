@@ -107,7 +107,8 @@ class WorkerSetBackend:
             try:
                 if await client.ready():
                     await self._serve(url, client)
-            except (WorkerError, OSError, KvWireError, zmq.ZMQError) as exc:
+            except (WorkerError, OSError, KvWireError, zmq.ZMQError, ValueError, KeyError, TypeError) as exc:
+                # Unreachable, or answers we cannot read (/info, /kv/snapshot, events): not routable.
                 log.warning("worker %s: %s", url, exc)
             if url in self._transports:
                 self._lost(url)

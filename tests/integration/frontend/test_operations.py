@@ -73,6 +73,30 @@ def test_trace_records_and_joined_tool_events(scenario: str, tmp_path: Path) -> 
     assert "SECRET-PROMPT-TEXT" not in sink.read_text()  # never prompt or output text
 
 
+def test_prefix_drift_is_logged_and_counted(fast: Served, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="agentserve.frontend")
+    o = openai.OpenAI(base_url=fast.url + "/v1", api_key="k", max_retries=0)
+    session = {"x-session-id": "drifting-session"}
+    question = {"role": "user", "content": "Today is 2026-11-21. Tell me about the weather in a few words."}
+    first = o.chat.completions.create(model="m", messages=[question], extra_headers=session)
+    answer = {"role": "assistant", "content": first.choices[0].message.content}
+    edited = {
+        **question,
+        "content": question["content"].replace("2026-11-21", "2026-11-22"),
+    }  # a volatile span
+    o.chat.completions.create(
+        model="m",
+        messages=[edited, answer, {"role": "user", "content": "and tomorrow?"}],
+        extra_headers=session,
+    )
+    metrics = httpx.get(fast.url + "/metrics").text
+    assert 'agentserve_frontend_prefix_drift_events_total{cause="history",model="qwen3-sim"} 1.0' in metrics
+    assert "prefix drift in session drifting-session" in caplog.text
+    # The log shows the text around the divergence (traces never do): the date's last digit.
+    assert "'before': '<|im_start|>user\\nToday is 2026-11-2'" in caplog.text
+    assert "'prompt_after': '2. Tell me" in caplog.text
+
+
 def test_openapi_matches_the_routes(fast: Served) -> None:
     spec = httpx.get(fast.url + "/openapi.json").json()
     paths = spec["paths"]

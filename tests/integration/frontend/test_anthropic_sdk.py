@@ -339,8 +339,10 @@ def test_the_tool_use_block_closes_while_the_model_still_writes(scenario: str, d
         e.delta.text for _, e in events if e.type == "content_block_delta" and e.delta.type == "text_delta"
     )
     assert words.split() == ["word"] * TRAILING_WORDS
+    # Relative to the stream's own length, not absolute times: a loaded CI machine stretches both.
+    span = end - events[0][0]
     if dispatch:
-        assert end - tool_stop > 0.15, "the call was dispatched only at the end of the turn"
+        assert end - tool_stop > 0.5 * span, "the call was dispatched only at the end of the turn"
         assert len(later_text) >= 5  # the model kept decoding after the call went out
     else:
-        assert end - tool_stop < 0.1, "dispatch is off: the call waits for the end of the turn"
+        assert end - tool_stop < 0.25 * span, "dispatch is off: the call waits for the end of the turn"

@@ -67,6 +67,9 @@ class FrontendConfig(PromptConfig):
     enable_streaming_tool_dispatch: bool = Field(True, description="dispatch tool calls while decoding")
     codex_catalog: bool = Field(True, description="serve the Codex model catalog")
     router_url: str | None = Field(None, description="router service URL (default: embedded router)")
+    workers: list[str] = Field(
+        default_factory=list, description="worker URLs for the embedded router (when router_url is unset)"
+    )
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
     api_keys_file: str | None = Field(None, description="file with one accepted API key per line")
     trace_sink: str | None = Field(None, description="JSONL trace file (rotated, gzip); none by default")
@@ -90,6 +93,15 @@ class RouterConfig(_Config):
     )
     queue_max: int = Field(
         10_000, ge=1, description="waiting requests beyond which the API answers overloaded"
+    )
+    kv_events_timeout_s: float = Field(
+        5.0, gt=0, description="a worker silent this long on its KV event socket is removed (heartbeat 0.5 s)"
+    )
+    health_interval_s: float = Field(
+        1.0, gt=0, description="period of the workers' /ready probes; two failures in a row remove one"
+    )
+    ticket_ttl_s: float = Field(
+        1800.0, gt=0, description="a routed request never reported finished stops counting as load after this"
     )
 
 

@@ -286,9 +286,21 @@ MAPPINGS: tuple[Mapping, ...] = (
 
 # Config keys no spec field sets: the component's default is what a cluster wants.
 COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
-    "frontend": frozenset({"host", "hash_seed"}),
-    # Queue limits: the defaults match the workers' default batch size.
-    "router": frozenset({"host", "workers", "max_inflight_per_worker", "queue_max"}),
+    # A cluster frontend reaches workers through the router (router_url), never a static list.
+    "frontend": frozenset({"host", "hash_seed", "workers"}),
+    # Queue limits: the defaults match the workers' default batch size. Liveness timing: the
+    # defaults suit in-cluster networks (the workers heartbeat every 0.5 s).
+    "router": frozenset(
+        {
+            "host",
+            "workers",
+            "max_inflight_per_worker",
+            "queue_max",
+            "kv_events_timeout_s",
+            "health_interval_s",
+            "ticket_ttl_s",
+        }
+    ),
     "worker": frozenset(
         {
             "host",

@@ -127,6 +127,13 @@ class RouterCore:
         self.remove_worker(worker)
         self._admit_waiting()
 
+    def expire_tickets(self, max_age_s: float) -> int:
+        """Stop counting requests whose caller never reported them finished (a frontend that died)."""
+        expired = self.placement.expire(max_age_s)
+        if expired:
+            self._admit_waiting()
+        return expired
+
     def stats(self) -> RouterStats:
         return RouterStats(
             self.index.stats(), len(self._workers), len(self._queue), self.decisions, self.resyncs

@@ -54,6 +54,7 @@ class NoWorkerError(RuntimeError):
 class _InFlight:
     worker: str
     blocks: int
+    since: float
 
 
 class Placement:
@@ -84,6 +85,14 @@ class Placement:
 
     def inflight(self, worker: str) -> int:
         return self._requests.get(worker, 0)
+
+    def expire(self, max_age_s: float) -> int:
+        """Finish tickets older than `max_age_s` (their caller vanished without `finish`)."""
+        cutoff = self._clock() - max_age_s
+        old = [t for t, f in self._inflight.items() if f.since < cutoff]
+        for ticket in old:
+            self.finish(ticket)
+        return len(old)
 
     def forget_worker(self, worker: str) -> None:
         for ticket in [t for t, f in self._inflight.items() if f.worker == worker]:
@@ -137,7 +146,7 @@ class Placement:
 
     def _begin(self, worker: str, blocks: int) -> int:
         ticket = next(self._tickets)
-        self._inflight[ticket] = _InFlight(worker, blocks)
+        self._inflight[ticket] = _InFlight(worker, blocks, self._clock())
         self._load[worker] = self._load.get(worker, 0) + blocks
         self._requests[worker] = self._requests.get(worker, 0) + 1
         return ticket

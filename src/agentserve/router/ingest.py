@@ -134,8 +134,9 @@ class Fleet:
     def report_failed(self, worker: str) -> None:
         """A frontend could not reach `worker`: end its session now (it re-probes and resyncs)."""
         member = self._members.get(worker)
-        if member is not None:
+        if member is not None and member.state is not State.PROBING:
             member.reported.set()
+            member._set(State.PROBING)  # not routable from now, though its session ends a bit later
 
     def url(self, worker: str) -> str | None:
         member = self._members.get(worker)
@@ -182,6 +183,7 @@ class _Member:
         self.state = State.PROBING
         self.since = time.time()
         self.last_removal: str | None = None
+        self.joined = False  # this session made the worker routable (its removal is counted)
         self.reported = asyncio.Event()
         self.task = asyncio.create_task(self._run(), name=f"worker-{endpoint.id}")
 
@@ -210,9 +212,8 @@ class _Member:
                 except _SessionEnd as end:
                     reason = end.reason
                 self.last_removal = reason
-                was_routable = self.state is not State.PROBING
                 self._set(State.PROBING)
-                if was_routable:
+                if self.joined:
                     fleet._removed(self.endpoint.id, reason)
                 else:
                     fleet.core.remove_worker(self.endpoint.id)
@@ -256,6 +257,7 @@ class _Member:
         sock.setsockopt(zmq.SUBSCRIBE, topic)
         sock.connect(kv)
         sync = WorkerSync(fleet.core, self.endpoint.id, fleet.counters)
+        self.joined = False
         self._set(State.SYNCING)
         tasks = [
             asyncio.create_task(self._receive(sock, sync, client)),
@@ -309,7 +311,9 @@ class _Member:
             raise _SessionEnd(f"misconfigured: {exc}") from exc
         except (TimeoutError, OSError, EngineError, KeyError, ValueError) as exc:
             raise _SessionEnd(f"snapshot failed: {exc!r}") from exc
-        self._set(State.LIVE)
+        self.joined = True
+        if not self.reported.is_set():
+            self._set(State.LIVE)
 
     async def _health(self, client: WorkerProbe) -> None:
         failures = 0

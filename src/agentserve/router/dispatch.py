@@ -9,6 +9,13 @@ accounting stays right.
 
 Workers are reached through `WorkerTransport`s: an in-process engine (`EngineTransport`) or a
 `WorkerClient` over HTTP (`ClientTransport`), chosen by the deployment, invisible to the frontend.
+
+Speculative prefill (`agent_hints.speculative_prefill`): once a turn is done, the frontend hands
+`Dispatcher.speculative_prefill` the predicted next prompt (this prompt + the output + whatever
+the template adds before the next message). It is routed like the next turn will be (same
+session, so same worker while the prefix is there) and generated with `max_tokens=1` at the
+lowest priority: its prefill lands in that worker's KV cache while the agent runs its tools, and
+it never delays a real request (it waits behind them in the router's queue and the engine's).
 """
 
 from __future__ import annotations
@@ -16,22 +23,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from agentserve.router.core import Router
+from agentserve.router.core import OverloadedError, Router
 from agentserve.router.placement import Decision, NoWorkerError, RouteRequest
 from agentserve.worker.engine import (
     Engine,
     EngineError,
     GenerateRequest,
     InvalidRequestError,
+    SamplingParams,
     Step,
     StepStream,
 )
 
 log = logging.getLogger(__name__)
+
+WARM_PRIORITY = -(2**31)  # the lowest priority: a warm-up yields to every real request
 
 
 class WorkerTransport(Protocol):
@@ -97,6 +108,8 @@ class DispatchedStream:
         self._streamed = False
         self._closed = False
         self.attempts: list[Attempt] = []
+        self.output_token_ids: list[int] = []  # everything streamed so far (the next turn's prefix)
+        self.cached_tokens: int | None = None  # prompt tokens the serving worker had cached
 
     @property
     def decision(self) -> Decision:
@@ -157,6 +170,9 @@ class DispatchedStream:
                     continue
                 if step.token_ids or step.text:
                     self._streamed = True
+                    self.output_token_ids += step.token_ids
+                if step.cached_tokens is not None:
+                    self.cached_tokens = step.cached_tokens
                 yield step
                 if step.finish_reason is not None:
                     return
@@ -186,6 +202,21 @@ class DispatchedStream:
         return f"{reason}; tried: {tried}" if tried else reason
 
 
+_WARM_FAILURES: tuple[type[BaseException], ...] = (
+    NoCapacityError,
+    OverloadedError,
+    WorkerLostError,
+    InvalidRequestError,
+    *_WORKER_FAILURES,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Warmed:
+    worker: str
+    cached_tokens: int  # of the warm-up's prompt, already cached before it ran
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -194,14 +225,58 @@ class Dispatcher:
         *,
         max_attempts: int = 3,
         on_worker_failed: Callable[[str], None] = lambda worker: None,
+        max_warming: int = 64,
     ) -> None:
         self.router = router
         self.workers = workers  # current transports by worker id (discovery may change them)
         self.max_attempts = max_attempts
         self.on_worker_failed = on_worker_failed
+        self.max_warming = max_warming  # speculative prefills in flight beyond which new ones are skipped
+        self._warming: set[asyncio.Task[Warmed | None]] = set()
 
     async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
         """Route and open `request`; iterate the result for steps. Raises NoCapacityError."""
         stream = DispatchedStream(self, request, route)
         await stream.open()
         return stream
+
+    # -- speculative prefill -----------------------------------------------------------------------
+
+    async def warm(self, prompt_token_ids: Sequence[int], route: RouteRequest) -> Warmed | None:
+        """Prefill `prompt_token_ids` where `route` leads, at the lowest priority, one output token.
+
+        None when it could not run (no capacity, a worker lost): a warm-up is only a hint.
+        """
+        request = GenerateRequest(
+            f"warm-{uuid.uuid4().hex}",
+            prompt_token_ids,
+            SamplingParams(max_tokens=1),
+            priority=WARM_PRIORITY,
+        )
+        stream = DispatchedStream(self, request, replace(route, priority=WARM_PRIORITY, osl=1))
+        try:
+            async for _ in stream:
+                pass
+        except _WARM_FAILURES as exc:
+            log.info("speculative prefill skipped: %s", exc)
+            return None
+        return Warmed(stream.decision.worker, stream.cached_tokens or 0)
+
+    def speculative_prefill(
+        self, prompt_token_ids: Sequence[int], route: RouteRequest
+    ) -> asyncio.Task[Warmed | None] | None:
+        """Start `warm` in the background (the frontend does not wait for it); None if too many
+        are in flight already."""
+        if len(self._warming) >= self.max_warming:
+            return None
+        task = asyncio.get_running_loop().create_task(self.warm(prompt_token_ids, route))
+        self._warming.add(task)
+        task.add_done_callback(self._warming.discard)
+        return task
+
+    async def aclose(self) -> None:
+        """Cancel speculative prefills still running."""
+        tasks = list(self._warming)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

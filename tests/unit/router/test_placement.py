@@ -92,3 +92,17 @@ def test_forgetting_a_worker_drops_its_load_and_sessions() -> None:
     p.choose(req(session="s"), ["w0"], {})
     p.forget_worker("w0")
     assert p.load("w0") == 0 and p.inflight("w0") == 0
+
+
+def test_tickets_never_finished_expire_and_stop_counting() -> None:
+    clock = [0.0]
+    p = placement(clock)
+    old = p.choose(RouteRequest([], 8), ["a"], {})
+    clock[0] = 50.0
+    new = p.choose(RouteRequest([], 8), ["a"], {})
+    assert p.inflight("a") == 2
+    clock[0] = 120.0
+    assert p.expire(100.0) == 1  # only the one routed at t=0 is older than 100 s
+    assert p.inflight("a") == 1 and p.load("a") == new.prompt_blocks + 64
+    p.finish(old.ticket)  # a late finish of an expired ticket changes nothing
+    assert p.inflight("a") == 1

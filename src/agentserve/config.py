@@ -80,7 +80,8 @@ class RouterConfig(_Config):
     port: int = Field(8100, ge=0, le=65535, description="port to listen on")
     policy: Literal["kv", "round-robin", "random", "least-loaded"] = Field("kv", description="placement")
     overlap_weight: float = Field(1.0, ge=0, description="weight of prefill blocks not cached on a worker")
-    load_weight: float = Field(1.0, ge=0, description="weight of a worker's active decode blocks")
+    # 0.1: an active block costs a decode step ~0.6 µs, a prefilled block ~1 ms (docs/router.md).
+    load_weight: float = Field(0.1, ge=0, description="weight of a worker's active decode blocks")
     temperature: float = Field(0.0, ge=0, description="softmax temperature over costs (0: argmin)")
     affinity_ttl_s: float = Field(300.0, ge=0, description="session affinity lifetime in seconds")
     block_size: int = Field(32, ge=1, description="tokens per KV block (must match the workers)")

@@ -664,6 +664,9 @@ def _service(spec: AgentServingDeploymentSpec, target: Target, component: Compon
         body["ports"] = [{"name": "http", "port": service.port, "targetPort": "http", "protocol": "TCP"}]
     elif component == "router":
         body["type"] = "ClusterIP"
+        # Route-API tickets belong to the replica that issued them: every connection of a frontend
+        # pod must reach the same router replica for its /finish to land where its /route did.
+        body["sessionAffinity"] = "ClientIP"
         body["ports"] = [{"name": "http", "port": PORTS["router"], "targetPort": "http", "protocol": "TCP"}]
     else:
         # Headless: the router discovers worker pods from this Service's EndpointSlices.

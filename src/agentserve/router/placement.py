@@ -69,7 +69,9 @@ class Placement:
         self.config = config
         self._rng = rng or random.Random()
         self._clock = clock
-        self._tickets = count()
+        # A random start keeps tickets of different router replicas apart: one that reaches the
+        # wrong replica (a frontend's connection moved) finishes nothing there.
+        self._tickets = count(self._rng.getrandbits(62))
         self._inflight: dict[int, _InFlight] = {}
         self._load: dict[str, int] = {}  # worker -> in-flight blocks
         self._requests: dict[str, int] = {}  # worker -> in-flight requests

@@ -26,8 +26,8 @@ def test_kv_policy_follows_the_cache() -> None:
 
 
 def test_kv_policy_weighs_load_against_cache() -> None:
-    # Dynamo's documented example shape: cost = prefill blocks + decode blocks.
-    p = placement()
+    # Dynamo's documented example shape: cost = prefill blocks + decode blocks (both weights 1).
+    p = placement(load_weight=1.0)
     for _ in range(3):  # load w1 with three requests of 4 prompt + 1 output block each
         p.choose(req(), ["w1"], {})
     d = p.choose(req(), ["w0", "w1"], {"w0": 0, "w1": 4})

@@ -107,6 +107,9 @@ class DispatchedStream:
         self._decision: Decision | None = None
         self._streamed = False
         self._closed = False
+        self._interrupted = False
+        self._worker: str | None = None  # the worker being opened or streaming (for interrupts)
+        self._opening: asyncio.Future[StepStream] | None = None
         self.attempts: list[Attempt] = []
         self.output_token_ids: list[int] = []  # everything streamed so far (the next turn's prefix)
         self.cached_tokens: int | None = None  # prompt tokens the serving worker had cached
@@ -119,7 +122,7 @@ class DispatchedStream:
 
     async def open(self) -> None:
         """Route and open the stream (retrying on other workers); raises NoCapacityError."""
-        exclude: set[str] = set()
+        exclude = {a.worker for a in self.attempts}
         for _ in range(self._dispatcher.max_attempts):
             try:
                 decision = await self._dispatcher.router.route(self._route, frozenset(exclude))
@@ -129,14 +132,27 @@ class DispatchedStream:
             if transport is None:
                 await self._fail_worker(decision, exclude, "worker is not registered")
                 continue
+            self._track(decision.worker)
+            # A task, so that `interrupt` can end an open a hung worker never answers.
+            self._opening = asyncio.ensure_future(transport.open(self._request))
             try:
-                self._stream = await transport.open(self._request)
+                self._stream = await self._opening
             except InvalidRequestError:
+                self._track(None)
                 await self._dispatcher.router.finish(decision)
                 raise
             except _WORKER_FAILURES as exc:
                 await self._fail_worker(decision, exclude, repr(exc))
                 continue
+            except asyncio.CancelledError:
+                if not self._interrupted:
+                    self._track(None)
+                    raise  # our caller was cancelled (the task was cancelled with us)
+                self._interrupted = False
+                await self._fail_worker(decision, exclude, "the router declared the worker dead")
+                continue
+            finally:
+                self._opening = None
             self._decision = decision
             return
         raise NoCapacityError(self._failure_summary("every attempt failed"))
@@ -150,22 +166,28 @@ class DispatchedStream:
         try:
             while True:
                 assert self._stream is not None
+                failure: BaseException | None = None
                 try:
                     step = await self._stream.__anext__()
                 except StopAsyncIteration:
-                    return
+                    if not self._interrupted:
+                        return
+                    failure = ConnectionAbortedError("the router declared the worker dead")
                 except InvalidRequestError:
                     raise
                 except _WORKER_FAILURES as exc:
+                    failure = exc
+                if failure is not None:
                     if self._streamed:
                         await self._dispatcher.router.worker_failed(self.decision.worker)
                         raise WorkerLostError(
-                            f"worker {self.decision.worker} failed mid-stream: {exc!r}"
-                        ) from exc
+                            f"worker {self.decision.worker} failed mid-stream: {failure!r}"
+                        ) from failure
                     # Nothing reached the client yet: retry transparently on another worker.
                     exclude = {a.worker for a in self.attempts}
-                    await self._fail_worker(self.decision, exclude, repr(exc))
+                    await self._fail_worker(self.decision, exclude, repr(failure))
                     self._stream = None
+                    self._interrupted = False
                     await self.open()
                     continue
                 if step.token_ids or step.text:
@@ -179,10 +201,40 @@ class DispatchedStream:
         finally:
             await self.aclose()
 
+    def interrupt(self) -> None:
+        """End the stream as if its worker failed now (it is hung: nothing else would end it)."""
+        if self._closed or self._interrupted:
+            return
+        opening, stream = self._opening, self._stream
+        if opening is not None and not opening.done():
+            self._interrupted = True
+            opening.cancel()
+            return
+        if stream is None and opening is not None and not opening.cancelled() and not opening.exception():
+            stream = opening.result()  # opened, but `open` has not resumed to take it yet
+        if stream is not None:
+            self._interrupted = True
+            task = asyncio.get_running_loop().create_task(stream.aclose())  # wakes the pending read
+            self._dispatcher._closing.add(task)
+            task.add_done_callback(self._dispatcher._closing.discard)
+
+    def _track(self, worker: str | None) -> None:
+        open_ = self._dispatcher._open
+        if self._worker is not None:
+            streams = open_.get(self._worker)
+            if streams is not None:
+                streams.discard(self)
+                if not streams:
+                    del open_[self._worker]
+        self._worker = worker
+        if worker is not None:
+            open_.setdefault(worker, set()).add(self)
+
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._track(None)
         if self._stream is not None:
             with contextlib.suppress(*_WORKER_FAILURES):
                 await self._stream.aclose()  # aborts the engine request if it is still running
@@ -191,6 +243,7 @@ class DispatchedStream:
 
     async def _fail_worker(self, decision: Decision, exclude: set[str], error: str) -> None:
         log.warning("worker %s failed before streaming (%s); retrying elsewhere", decision.worker, error)
+        self._track(None)
         self.attempts.append(Attempt(decision.worker, error))
         exclude.add(decision.worker)
         await self._dispatcher.router.finish(decision)
@@ -233,12 +286,22 @@ class Dispatcher:
         self.on_worker_failed = on_worker_failed
         self.max_warming = max_warming  # speculative prefills in flight beyond which new ones are skipped
         self._warming: set[asyncio.Task[Warmed | None]] = set()
+        self._open: dict[str, set[DispatchedStream]] = {}  # worker -> its open streams
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
         """Route and open `request`; iterate the result for steps. Raises NoCapacityError."""
         stream = DispatchedStream(self, request, route)
         await stream.open()
         return stream
+
+    def interrupt(self, worker: str) -> int:
+        """The router declared `worker` dead (hung or silent): end its streams now. Those that
+        streamed nothing yet are retried elsewhere, the others end with `WorkerLostError`."""
+        streams = list(self._open.get(worker, ()))
+        for stream in streams:
+            stream.interrupt()
+        return len(streams)
 
     # -- speculative prefill -----------------------------------------------------------------------
 

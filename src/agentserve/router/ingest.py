@@ -45,6 +45,9 @@ from agentserve.worker.kvwire import DEFAULT_TOPIC, KvWireError, decode_message
 log = logging.getLogger("agentserve.router")
 
 HEALTH_FAILURES = 2  # consecutive failed /ready probes that remove a worker
+# Removals that mean the worker is gone or hung (not merely reported by one frontend): streams
+# still open on it will never end by themselves, so frontends interrupt them.
+DEAD = frozenset({"silent", "unhealthy"})
 DRAIN_MAX = 4096  # messages handled per wake-up before yielding to the event loop
 
 
@@ -93,6 +96,7 @@ class Fleet:
         client_factory: Callable[[str], WorkerProbe] = WorkerClient,
         context: zmq.asyncio.Context | None = None,
         on_change: Callable[[], None] = lambda: None,
+        on_removed: Callable[[str, str], None] = lambda worker, reason: None,
     ) -> None:
         self.core = core
         self.kv_events_timeout_s = kv_events_timeout_s
@@ -100,6 +104,7 @@ class Fleet:
         self.snapshot_timeout_s = snapshot_timeout_s
         self.client_factory = client_factory
         self.on_change = on_change  # membership or a routable set changed (transport registries)
+        self.on_removed = on_removed  # (worker, reason kind) after a routable worker was removed
         self.counters = IngestCounters()
         self.removals: Counter[str] = Counter()  # reason -> count
         self._own_context = context is None
@@ -171,9 +176,11 @@ class Fleet:
 
     def _removed(self, worker: str, reason: str) -> None:
         self.core.remove_worker(worker)
-        self.removals[reason.split(":", 1)[0]] += 1
+        kind = reason.split(":", 1)[0]
+        self.removals[kind] += 1
         log.warning("worker %s removed: %s", worker, reason)
         self.on_change()
+        self.on_removed(worker, kind)
 
 
 class _Member:

@@ -18,14 +18,18 @@ import asyncio
 import contextlib
 import json
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from agentserve.config import ConfigError, FrontendConfig, RouterConfig
 from agentserve.router.core import OverloadedError, Router
 from agentserve.router.dispatch import ClientTransport, Dispatcher, EngineTransport, WorkerTransport
+from agentserve.router.ingest import DEAD
 from agentserve.router.local import EngineRouter, LocalRouter
 from agentserve.router.placement import Decision, NoWorkerError, RouteRequest
 from agentserve.router.wire import (
@@ -153,10 +157,16 @@ class RouterClient:
         workers = json.loads(body)["workers"]
         return list(workers)
 
-    async def refresh(self) -> None:
-        """Align the worker transports with the router's routable workers."""
+    async def refresh(self) -> list[str]:
+        """Align the worker transports with the router's routable workers; returns the workers
+        the router declared dead (silent or unhealthy), whose streams should be interrupted."""
         workers = await self.workers()
         self.registry.sync({w["id"]: w["url"] for w in workers if w.get("state") == "live"})
+        return [
+            w["id"]
+            for w in workers
+            if w.get("state") != "live" and str(w.get("last_removal") or "").split(":", 1)[0] in DEAD
+        ]
 
     async def aclose(self) -> None:
         await self._pool.aclose()
@@ -188,13 +198,22 @@ class Backend:
     on_worker_failed: Callable[[str], None] = lambda worker: None
     wait_ready: Callable[[float], Awaitable[bool]] = field(default=lambda timeout_s: _true())
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    _dispatchers: weakref.WeakSet[Dispatcher] = field(default_factory=weakref.WeakSet)
 
     def dispatcher(self, *, max_attempts: int = 3) -> Dispatcher:
-        return Dispatcher(
+        dispatcher = Dispatcher(
             self.router, self.workers, max_attempts=max_attempts, on_worker_failed=self.on_worker_failed
         )
+        self._dispatchers.add(dispatcher)
+        return dispatcher
+
+    def interrupt(self, worker: str) -> int:
+        """`worker` was declared dead: end the streams every dispatcher still has open on it."""
+        return sum(d.interrupt(worker) for d in list(self._dispatchers))
 
     async def aclose(self) -> None:
+        for dispatcher in list(self._dispatchers):
+            await dispatcher.aclose()
         for close in reversed(self._closers):
             with contextlib.suppress(Exception):
                 await close()
@@ -204,29 +223,35 @@ async def _true() -> bool:
     return True
 
 
-async def connect(config: FrontendConfig) -> Backend:
+async def connect(config: FrontendConfig, *, registry: CollectorRegistry | None = None) -> Backend:
     """The frontend's `Backend` for its configuration (see the module docstring).
 
+    `registry`: where an embedded router registers its metrics (the frontend's /metrics).
     Raises `ConfigError` when neither `router_url` nor `workers` is set (in-process engines are
     `in_process`'s job).
     """
     if config.router_url:
-        return await _remote(config.router_url)
+        return await remote(config.router_url)
     if config.workers:
-        return await _embedded(
-            RouterConfig.model_validate({"block_size": config.block_size, "workers": list(config.workers)})
+        router_config = RouterConfig.model_validate(
+            {"block_size": config.block_size, "workers": list(config.workers)}
         )
+        return await embedded(router_config, registry=registry)
     raise ConfigError("set router_url (a router service) or workers (an embedded router) to reach workers")
 
 
-async def _remote(url: str) -> Backend:
+async def remote(url: str, *, refresh_s: float = REFRESH_S) -> Backend:
+    """A `Backend` over the router service at `url`."""
     client = RouterClient(url)
+    backend: Backend | None = None
 
     async def refresh_forever() -> None:
         while True:
             with contextlib.suppress(RouterUnavailableError, ValueError, KeyError):
-                await client.refresh()
-            await asyncio.sleep(REFRESH_S)
+                for worker in await client.refresh():
+                    if backend is not None:
+                        backend.interrupt(worker)
+            await asyncio.sleep(refresh_s)
 
     refresher = asyncio.create_task(refresh_forever(), name="router-workers-refresh")
 
@@ -247,30 +272,35 @@ async def _remote(url: str) -> Backend:
         with contextlib.suppress(asyncio.CancelledError):
             await refresher
 
-    return Backend(
+    backend = Backend(
         client,
         client.registry.transports,
         on_worker_failed=client.registry.drop,
         wait_ready=wait_ready,
         _closers=[client.aclose, stop_refresh],
     )
+    return backend
 
 
-async def _embedded(config: RouterConfig) -> Backend:
-    router = LocalRouter(config)
-    registry = WorkerRegistry()
-    router.fleet.on_change = lambda: registry.sync(router.fleet.live_urls())
-    await router.start()
-
-    async def wait_ready(timeout_s: float) -> bool:
-        return await router.fleet.wait_live(1, timeout_s)
-
-    return Backend(
+async def embedded(config: RouterConfig, *, registry: CollectorRegistry | None = None) -> Backend:
+    """A `Backend` with the router in this process, following `config`'s workers itself."""
+    router = LocalRouter(config, registry=registry)
+    transports = WorkerRegistry()
+    backend = Backend(
         router,
-        registry.transports,
-        wait_ready=wait_ready,
-        _closers=[registry.aclose, router.aclose],
+        transports.transports,
+        wait_ready=lambda timeout_s: router.fleet.wait_live(1, timeout_s),
+        _closers=[transports.aclose, router.aclose],
     )
+
+    def removed(worker: str, kind: str) -> None:
+        if kind in DEAD:
+            backend.interrupt(worker)
+
+    router.fleet.on_change = lambda: transports.sync(router.fleet.live_urls())
+    router.fleet.on_removed = removed
+    await router.start()
+    return backend
 
 
 async def in_process(engines: Mapping[str, Engine], config: RouterConfig) -> Backend:

@@ -18,11 +18,11 @@ import httpx
 import pytest
 from procs import Processes, wait_ready
 
-from agentserve.config import FrontendConfig
+from agentserve.config import FrontendConfig, RouterConfig
 from agentserve.prompt.hashing import block_hashes
 from agentserve.router.dispatch import Dispatcher, WorkerLostError
 from agentserve.router.placement import RouteRequest
-from agentserve.router.remote import Backend, connect
+from agentserve.router.remote import Backend, connect, embedded
 from agentserve.worker.engine import GenerateRequest, Hints, SamplingParams
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -194,3 +194,58 @@ async def test_a_worker_killed_mid_run_with_the_router_embedded_in_the_frontend(
 
 async def _live(backend: Backend, n: int) -> bool:
     return len(backend.workers()) >= n
+
+
+async def test_a_hung_worker_is_declared_dead_and_its_streams_end() -> None:
+    """SIGSTOP: the worker's sockets stay open and silent, so only the router's verdict (failed
+    /ready probes, no heartbeat) can end what is waiting on it."""
+    with Processes() as procs:
+        workers = [procs.worker(*WORKER_FLAGS) for _ in range(2)]
+        for url, _ in workers:
+            await asyncio.to_thread(wait_ready, url)
+        pids = {url: proc.pid for url, proc in workers}
+        config = RouterConfig.model_validate(
+            {"block_size": BS, "workers": list(pids), "health_interval_s": 0.2, "kv_events_timeout_s": 1.5}
+        )
+        backend = await embedded(config)
+        stopped: int | None = None
+        try:
+            assert await until(lambda: _live(backend, 2), 30)
+            dispatcher = backend.dispatcher()
+            probes = [await run(dispatcher, Outcome(f"probe-{i}"), prompt(i, 100 * BS), 1) for i in range(4)]
+            await asyncio.sleep(0.3)
+            long = [Outcome(f"long-{i}") for i in range(8)]
+            tasks = [
+                asyncio.create_task(run(dispatcher, o, prompt(100 + i, 12 * BS), 600))
+                for i, o in enumerate(long)
+            ]
+
+            async def streaming_on_a_probe_holder() -> bool:
+                return any(o.tokens and o.worker in {p.worker for p in probes} for o in long)
+
+            assert await until(streaming_on_a_probe_holder)
+            victim = next(o.worker for o in long if o.tokens and o.worker in {p.worker for p in probes})
+            os.kill(pids[victim], signal.SIGSTOP)
+            stopped = pids[victim]
+            stopped_at = time.monotonic()
+            # Its cached prompts are routed to it before the router notices: the open hangs.
+            again = [Outcome(f"again-{p.name}") for p in probes if p.worker == victim]
+            retried = [
+                asyncio.create_task(run(dispatcher, o, prompt(int(o.name.rsplit("-", 1)[1]), 100 * BS), 4))
+                for o in again
+            ]
+            await asyncio.wait_for(asyncio.gather(*tasks, *retried), 20)
+            for o in long:
+                if o.worker == victim:
+                    assert o.lost and o.tokens > 0 and o.ended_at - stopped_at < 5.0
+                else:
+                    assert o.finish == "length" and o.tokens == 600
+            assert again and all(o.finish == "length" and o.worker != victim for o in again)
+            assert any(o.attempts == [victim] for o in again)  # a hung open was interrupted, retried
+            fleet = backend.router.fleet  # type: ignore[attr-defined]
+            assert fleet.removals["unhealthy"] + fleet.removals["silent"] == 1
+            assert victim not in backend.workers()
+        finally:
+            if stopped is not None:
+                os.kill(stopped, signal.SIGKILL)  # a stopped process still takes SIGKILL
+            await backend.aclose()

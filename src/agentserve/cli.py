@@ -235,6 +235,38 @@ def _cmd_router(args: argparse.Namespace) -> int:
         return 2
 
 
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from agentserve.telemetry.report import format_table, load, perfetto, summarize, total
+
+    try:
+        loaded = load(args.files)
+    except OSError as exc:
+        print(f"agentserve trace: {exc}", file=sys.stderr)
+        return 2
+    if loaded.skipped:
+        print(f"agentserve trace: skipped {loaded.skipped} unreadable line(s)", file=sys.stderr)
+    if args.perfetto:
+        try:
+            with open(args.perfetto, "w", encoding="utf-8") as f:
+                json.dump(perfetto(loaded), f, separators=(",", ":"))
+        except OSError as exc:
+            print(f"agentserve trace: {exc}", file=sys.stderr)
+            return 2
+    sessions = summarize(loaded)
+    if args.json:
+        report = {
+            "sessions": [s.to_json() for s in sessions],
+            "total": total(loaded).to_json(),
+            "requests": len(loaded.requests),
+            "tool_events": len(loaded.tool_events),
+            "skipped_lines": loaded.skipped,
+        }
+        print(json.dumps(report, indent=2))
+    else:
+        sys.stdout.write(format_table(sessions, total(loaded)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentserve import __version__
 
@@ -334,6 +366,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_flags(p, WorkerConfig)
     p.set_defaults(handler=_cmd_worker)
+
+    p = sub.add_parser(
+        "trace",
+        help="summarize trace files per session; --perfetto writes a timeline",
+        description="Reads JSONL trace files written by the frontend's trace sink (plain or gzip, "
+        "several at once, e.g. a rotated series) and prints one row per session: turns, TTFT p50/p95, "
+        "cache hit ratio, model and tool time, dispatched calls and dispatch lead time, drift events. "
+        "Record schema: docs/telemetry.md.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="trace file (.jsonl or .jsonl.gz)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    p.add_argument(
+        "--perfetto",
+        metavar="OUT.json",
+        help="write a Chrome/Perfetto trace-event timeline (open it in ui.perfetto.dev)",
+    )
+    p.set_defaults(handler=_cmd_trace)
 
     p = sub.add_parser(
         "router",

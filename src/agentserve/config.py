@@ -73,6 +73,18 @@ class FrontendConfig(PromptConfig):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
     api_keys_file: str | None = Field(None, description="file with one accepted API key per line")
     trace_sink: str | None = Field(None, description="JSONL trace file (rotated, gzip); none by default")
+    trace_rotate_bytes: int = Field(
+        256 * 1024 * 1024, ge=4096, description="rotate the trace file when it reaches this size"
+    )
+    trace_keep_files: int = Field(16, ge=1, description="rotated trace files kept (oldest deleted)")
+    trace_gzip: bool = Field(True, description="gzip rotated trace files")
+    trace_queue_size: int = Field(
+        4096, ge=1, description="trace records buffered for the writer; beyond it they are dropped"
+    )
+    trace_replay_hashes: bool = Field(True, description="put the prompt's block hashes in trace records")
+    tool_events_zmq: str | None = Field(
+        None, description="ZeroMQ endpoint to bind for harness tool events (e.g. tcp://127.0.0.1:20390)"
+    )
 
 
 class RouterConfig(_Config):

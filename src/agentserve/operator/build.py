@@ -286,8 +286,21 @@ MAPPINGS: tuple[Mapping, ...] = (
 
 # Config keys no spec field sets: the component's default is what a cluster wants.
 COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
-    # A cluster frontend reaches workers through the router (router_url), never a static list.
-    "frontend": frozenset({"host", "hash_seed", "workers"}),
+    "frontend": frozenset(
+        {
+            "host",
+            "hash_seed",
+            # A cluster frontend reaches workers through the router (router_url), never a static list.
+            "workers",
+            # trace file tuning and the tool-event socket: component defaults until the spec exposes them
+            "trace_rotate_bytes",
+            "trace_keep_files",
+            "trace_gzip",
+            "trace_queue_size",
+            "trace_replay_hashes",
+            "tool_events_zmq",
+        }
+    ),
     # Queue limits: the defaults match the workers' default batch size. Liveness timing: the
     # defaults suit in-cluster networks (the workers heartbeat every 0.5 s).
     "router": frozenset(

@@ -80,7 +80,11 @@ class Run:
     calls: tuple[ToolCall, ...]
 
 
-PART_SEPARATOR = "\n"  # between adjacent text parts of one message
+PART_SEPARATOR = "\n"  # between adjacent text parts of a system, user or tool message
+# Adjacent text parts of an assistant turn are one stretch of the model's output that an API split
+# into blocks or items (Anthropic text blocks around a failed call or at citations, Responses message
+# items): they join with nothing, or the replayed turn differs from what the model wrote.
+ASSISTANT_PART_SEPARATOR = ""
 
 
 def assistant_runs(parts: Sequence[Part]) -> list[Run]:
@@ -96,7 +100,7 @@ def assistant_runs(parts: Sequence[Part]) -> list[Run]:
 
     def flush() -> None:
         if reasoning is not None or texts or calls:
-            runs.append(Run(reasoning, PART_SEPARATOR.join(texts), tuple(calls)))
+            runs.append(Run(reasoning, ASSISTANT_PART_SEPARATOR.join(texts), tuple(calls)))
 
     for part in parts:
         if isinstance(part, Reasoning):

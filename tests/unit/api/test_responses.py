@@ -177,6 +177,20 @@ def test_sdk_final_response() -> None:
     assert final.usage.output_tokens_details.reasoning_tokens == 5
 
 
+@pytest.mark.parametrize("live", [False, True])
+def test_a_call_id_outside_the_id_alphabet_keeps_one_item_id_from_added_to_done(live: bool) -> None:
+    # Kimi's calls carry their own ids (`functions.NAME:IDX`); the item id derived from one must not
+    # change between events, or the SDK refuses the stream.
+    kimi = ("call", "functions.exec_command:0", "exec_command", '{"cmd": "ls"}')
+    raw = encode(turn(kimi, finish="tool_calls"), stream_tool_arguments=live)
+    ids = {d["item"]["id"] for _, d in parse_sse(raw) if d["type"].startswith("response.output_item.")}
+    assert len(ids) == 1 and ids.pop().startswith("fc_")
+    final = sdk_final(raw)
+    assert [(o.type, getattr(o, "call_id", None)) for o in final.output] == [
+        ("function_call", "functions.exec_command:0")
+    ]
+
+
 def test_failed_call_becomes_text_and_length_is_incomplete() -> None:
     final = sdk_final(encode(turn(("bad", "call_x", "exec_command", '{"cm', "<call>{"))))
     assert [o.type for o in final.output] == ["message"] and final.output_text == "<call>{"

@@ -567,3 +567,101 @@ def agent_turn_before(name: str, case: Case) -> tuple[Message, ...]:
         return ()
     call = next(c for c in cases(name) if c.calls)
     return (Message("assistant", call.parts), follow_up(call))
+
+
+def assert_divergence_in_date(before: str, previous_after: str, prompt_after: str) -> None:
+    """The reports cut at the token boundary at or before the changed digit, inside the date (where
+    exactly depends on how the tokenizer splits "2026-01-01", so only the bounds are pinned)."""
+    fixed = "Today's date is 2026-01-0"
+    old, new = before + previous_after, before + prompt_after
+    start = old.index(fixed)
+    assert old[start:].startswith(fixed + "1.") and new[start:].startswith(fixed + "2.")
+    assert start + len("Today's date is") <= len(before) <= start + len(fixed)
+
+
+# -- a realistic agent turn ------------------------------------------------------------------------
+# Multi-line reasoning, a preamble, and two calls whose arguments carry quotes, a pipe, newlines,
+# indentation and non-ASCII text, written the way each family writes them (protocols.md E.*).
+
+EDIT = ToolSpec(
+    "edit",
+    "Replace text in a file.",
+    {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}},
+        "required": ["path", "old", "new"],
+    },
+)
+AGENT_TOOLS = (*TOOLS, EDIT)
+AGENT_REASONING = "The failing test expects 2.\n\nPlan:\n1. find `f`\n2. make it return 2"
+AGENT_TEXT = "Let me find it, then fix it."
+GREP = {"cmd": 'grep -rn "def f" src | head -n 5'}
+FIX = {"path": "src/app.py", "old": "def f():\n    return 1", "new": "def f():\n    return 2  # ✓ fixé"}
+
+
+def _json(value: dict[str, str]) -> str:
+    return json.dumps(value, ensure_ascii=False)  # models write non-ASCII text as it is
+
+
+def _agent_raw(name: str) -> str:
+    r, t, grep, fix = AGENT_REASONING, AGENT_TEXT, _json(GREP), _json(FIX)
+    if name == "qwen3":
+        return (
+            f"<think>\n{r}\n</think>\n\n{t}\n" + qwen("bash", grep) + "\n" + qwen("edit", fix) + "<|im_end|>"
+        )
+    if name == "qwen3-coder":
+        return (
+            f"<think>\n{r}\n</think>\n\n{t}\n"
+            + coder("bash", **GREP)
+            + "\n"
+            + coder("edit", **FIX)
+            + "<|im_end|>"
+        )
+    if name == "nemotron":
+        calls = f'[{{"name": "bash", "arguments": {grep}}}, {{"name": "edit", "arguments": {fix}}}]'
+        return f"<think>\n{r}\n</think>\n\n{t}\n<TOOLCALL>{calls}</TOOLCALL><|eot_id|>"
+    if name == "deepseek-r1":
+        return (
+            f"{r}\n</think>\n\n{t}"
+            + DS_BEGIN
+            + ds_v3("bash", grep)
+            + "\n"
+            + ds_v3("edit", fix)
+            + DS_END
+            + DS_EOS
+        )
+    if name == "deepseek-v3.1":
+        return f"{r}</think>{t}" + DS_BEGIN + ds_v31("bash", grep) + ds_v31("edit", fix) + DS_END + DS_EOS
+    if name == "kimi-k2":
+        calls = kimi("bash", "@0", grep) + kimi("edit", "@1", fix)
+        return f"<think>{r}</think>{t}" + KIMI_BEGIN + calls + KIMI_END + "<|im_end|>"
+    if name == "gpt-oss":  # one call per generation: harmony stops at <|call|>
+        preamble = f"<|start|>assistant<|channel|>commentary<|message|>{t}<|end|>"
+        return f"<|channel|>analysis<|message|>{r}<|end|>" + preamble + HARMONY_CALL.format("edit", fix)
+    if name == "glm-4.5":
+        return (
+            f"<think>{r}</think>\n{t}\n" + glm("bash", **GREP) + "\n" + glm("edit", **FIX) + "<|observation|>"
+        )
+    if name == "minimax-m2":
+        calls = invoke("bash", **GREP) + invoke("edit", **FIX)
+        return f"{r}\n</think>\n\n{t}\n<minimax:tool_call>\n{calls}</minimax:tool_call>[e~["
+    if name == "mistral":
+        return f"[THINK]{r}[/THINK]{t}[TOOL_CALLS]bash[ARGS]{grep}[TOOL_CALLS]edit[ARGS]{fix}</s>"
+    if name == "llama3-json":
+        return f'{{"name": "bash", "parameters": {grep}}}; {{"name": "edit", "parameters": {fix}}}<|eot_id|>'
+    if name == "pythonic":
+        args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in FIX.items())
+        return f"[bash(cmd={json.dumps(GREP['cmd'])}), edit({args})]<|eot_id|>"
+    raise KeyError(name)
+
+
+def agent_case(name: str) -> Case:
+    """The realistic turn for `name`; its call indices are placeholders like CASES' (`numbered`)."""
+    grep, fix = ToolCall("call_@0", "bash", _json(GREP)), ToolCall("call_@1", "edit", _json(FIX))
+    if name in ("llama3-json", "pythonic"):  # no reasoning block, calls only
+        parts: tuple[Part, ...] = (grep, fix)
+    elif name == "gpt-oss":
+        parts = (R(AGENT_REASONING), T(AGENT_TEXT), ToolCall("call_@0", "edit", _json(FIX)))
+    else:
+        parts = (R(AGENT_REASONING), T(AGENT_TEXT), grep, fix)
+    return Case("agent", parts, _agent_raw(name))

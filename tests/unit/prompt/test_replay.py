@@ -61,5 +61,6 @@ def test_runs_keep_each_segment_before_what_it_explains() -> None:
         Run("r2", "", (c2,)),
     ]
     assert assistant_runs([c1, Text("after")]) == [Run(None, "", (c1,)), Run(None, "after", ())]
-    assert assistant_runs([Text("a"), Text("b")]) == [Run(None, "a\nb", ())]
+    # Adjacent texts are one stretch of output an API split into blocks: they join with nothing.
+    assert assistant_runs([Text("Let me check."), Text("< oops")]) == [Run(None, "Let me check.< oops", ())]
     assert assistant_runs([]) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -11,10 +12,11 @@ from types import ModuleType
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prompt_cases import conversation, family
+from prompt_cases import CASES, FAMILY_NAMES, conversation, family, follow_up
 from tokenizers import AddedToken
 from tokenizers import Tokenizer as HFTokenizer
 
+from agentserve.conversation import Message, Text
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
 from agentserve.prompt.template import TemplateLoadError
 from agentserve.prompt.tokenizer import Tokenizer, embedded_tokenizer
@@ -51,6 +53,26 @@ def test_encoding_round_trips_any_text(text: str) -> None:
     tokenizer = embedded_tokenizer()
     assert tokenizer.decode(tokenizer.encode(text)) == text
     assert tokenizer.count(text) == len(tokenizer.encode(text))
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",))))
+def test_characters_outside_the_vocabulary_fall_back_to_bytes_and_decode_exactly(text: str) -> None:
+    tokenizer = embedded_tokenizer()
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(ids) == text
+    assert tokenizer.token_id("<unk>") is None  # nothing is ever unknown
+
+
+def test_the_committed_tokenizer_is_what_the_build_script_describes() -> None:
+    # Catches an edit to the script's split or byte tokens without a rebuild (the vocabulary itself
+    # depends on the repository's text, so it is not compared).
+    script = build_script()
+    data = json.loads(embedded_path().read_text(encoding="utf-8"))
+    assert data["pre_tokenizer"]["pattern"] == {"Regex": script.SPLIT}
+    assert data["model"]["byte_fallback"] is True
+    tokenizer = embedded_tokenizer()
+    ids = [tokenizer.token_id(t) for t in script.BYTE_TOKENS]
+    assert None not in ids and len(set(ids)) == 256
 
 
 def test_a_trailing_newline_run_tokenizes_as_it_does_before_more_text() -> None:
@@ -113,7 +135,25 @@ MARKED_TEXT = st.lists(
 @given(MARKED_TEXT)
 def test_encoding_piece_by_piece_equals_encoding_whole(text: str) -> None:
     tokenizer = embedded_tokenizer()
-    assert tokenizer.encode(text) == tokenizer.encode(text) == tokenizer._encode(text)
+    plain = tokenizer._tok.encode(text, add_special_tokens=False).ids
+    assert tokenizer.encode(text) == tokenizer.encode(text) == tokenizer._encode(text) == plain
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_prompt_ids_equal_a_plain_encode_of_the_whole_prompt_cold_and_warm(name: str) -> None:
+    # Pieces come from the cache shared by every session: a new conversation with the same system
+    # prompt and tools, and the next turn of this one, must still get exactly the plain ids.
+    tokenizer = Tokenizer.from_file(embedded_path())
+    pipeline = PromptPipeline.for_family(family(name), tokenizer=tokenizer)
+    script = CASES[name]
+    history: list[Message] = []
+    for turn, case in enumerate(script):
+        history += [Message("assistant", case.numbered(turn * 2, name == "kimi-k2").parts), follow_up(case)]
+    other = conversation(Message("user", (Text("A different question, another session."),)))
+    for request in (conversation(*history[:2]), other, conversation(*history)):
+        rendered = render_prompt(request, pipeline)
+        plain = tokenizer._tok.encode(rendered.text, add_special_tokens=False).ids
+        assert list(rendered.token_ids) == plain
 
 
 def test_the_piece_cache_is_bounded_and_exact_for_a_growing_prompt(tmp_path: Path) -> None:

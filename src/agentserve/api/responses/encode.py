@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -54,9 +55,13 @@ def failed_error_json(error: ApiError) -> dict[str, Any]:
 
 
 def _item_id(prefix: str, call_id: str) -> str:
-    # Derived from the call id, so the same call always has the same item id.
+    # Derived from the call id, so the same call always has the same item id: `output_item.added` and
+    # `.done` must agree (the SDK rejects a stream where they differ). Ids outside the alphabet
+    # (Kimi's `functions.NAME:IDX`) are hashed, not replaced by a fresh random id per event.
     rest = call_id.removeprefix("call_")
-    return prefix + rest if rest and is_safe_id(rest) else new_id(prefix)
+    if rest and is_safe_id(rest):
+        return prefix + rest
+    return prefix + hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:24]
 
 
 class _Items:

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 import zmq
 import zmq.asyncio
@@ -79,6 +79,18 @@ class MemberView:
     last_removal: str | None  # why the last session ended
 
 
+async def cancel_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel `tasks` and wait for them, cancelling again any that swallowed the cancellation
+    (Python 3.11's `asyncio.wait_for` can, when its inner call completes at the same moment)."""
+    pending = {t for t in tasks if not t.done()}
+    for _ in range(50):  # bounded: 5 s at most
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.1)
+
+
 class _SessionEnd(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -110,6 +122,7 @@ class Fleet:
         self._own_context = context is None
         self._ctx = context or zmq.asyncio.Context()
         self._members: dict[str, _Member] = {}
+        self._retired: set[asyncio.Task[None]] = set()  # stopped members still winding down
         self._closed = False
 
     # -- membership --------------------------------------------------------------------------------
@@ -121,9 +134,9 @@ class Fleet:
         new = dict(endpoints) if isinstance(endpoints, Mapping) else {e.id: e for e in endpoints}
         change = diff({w: m.endpoint for w, m in self._members.items()}, new)
         for worker in change.removed:
-            self._members.pop(worker).stop()
+            self._retire(self._members.pop(worker))
         for endpoint in change.changed:
-            self._members.pop(endpoint.id).stop()
+            self._retire(self._members.pop(endpoint.id))
         for endpoint in (*change.added, *change.changed):
             self._members[endpoint.id] = _Member(self, endpoint)
         if not change.empty:
@@ -167,10 +180,15 @@ class Fleet:
         self._closed = True
         members, self._members = list(self._members.values()), {}
         for member in members:
-            member.stop()
-        await asyncio.gather(*(m.task for m in members), return_exceptions=True)
+            self._retire(member)
+        await cancel_all(list(self._retired))
         if self._own_context:
-            self._ctx.term()
+            self._ctx.destroy(linger=0)  # closes any socket still open, never blocks
+
+    def _retire(self, member: _Member) -> None:
+        member.stop()
+        self._retired.add(member.task)
+        member.task.add_done_callback(self._retired.discard)
 
     # -- called by members -------------------------------------------------------------------------
 
@@ -192,6 +210,7 @@ class _Member:
         self.last_removal: str | None = None
         self.joined = False  # this session made the worker routable (its removal is counted)
         self.reported = asyncio.Event()
+        self.stopped = False
         self.task = asyncio.create_task(self._run(), name=f"worker-{endpoint.id}")
 
     def view(self) -> MemberView:
@@ -199,6 +218,7 @@ class _Member:
         return MemberView(e.id, e.url, e.kv_endpoint, self.state, self.since, self.last_removal)
 
     def stop(self) -> None:
+        self.stopped = True  # also ends the loops should a cancellation be swallowed
         self.task.cancel()
 
     def _set(self, state: State) -> None:
@@ -211,7 +231,7 @@ class _Member:
         fleet = self.fleet
         client = fleet.client_factory(self.endpoint.url)
         try:
-            while True:
+            while not self.stopped:
                 self._set(State.PROBING)
                 await self._until_ready(client)
                 try:
@@ -240,6 +260,8 @@ class _Member:
 
     async def _until_ready(self, client: WorkerProbe) -> None:
         while not await self._probe(client):
+            if self.stopped:
+                raise asyncio.CancelledError
             await asyncio.sleep(self.fleet.health_interval_s)
 
     async def _session(self, client: WorkerProbe) -> None:
@@ -277,10 +299,8 @@ class _Member:
                 task.result()  # raises the _SessionEnd
             raise _SessionEnd("session ended")  # unreachable: every task ends by raising
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            sock.close(linger=0)
+            sock.close(linger=0)  # first: the await below may be interrupted by a cancellation
+            await cancel_all(tasks)
 
     async def _receive(self, sock: zmq.asyncio.Socket, sync: WorkerSync, client: WorkerProbe) -> None:
         fleet = self.fleet
@@ -324,7 +344,7 @@ class _Member:
 
     async def _health(self, client: WorkerProbe) -> None:
         failures = 0
-        while True:
+        while not self.stopped:
             await asyncio.sleep(self.fleet.health_interval_s)
             failures = 0 if await self._probe(client) else failures + 1
             if failures >= HEALTH_FAILURES:

@@ -228,3 +228,40 @@ async def test_scaling_down_through_discovery_purges_the_worker() -> None:
             assert core.workers == (a.url,) and core.index.held_count(b.url) == 0
         finally:
             await fleet.aclose()
+
+
+async def test_an_idle_publisher_heartbeats_with_the_next_sequence_number() -> None:
+    import zmq
+    import zmq.asyncio
+
+    from agentserve.worker.engine import AllCleared
+    from agentserve.worker.events import EventHub
+    from agentserve.worker.kvwire import GapDetector, decode_batch, decode_message, peek_range
+
+    publisher = KvEventPublisher("tcp://127.0.0.1:0", heartbeat_s=0.05)
+    ctx = zmq.asyncio.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"kv")
+    sub.connect(publisher.endpoint)
+    hub = EventHub()
+    task = asyncio.create_task(publisher.run(hub.subscribe()))
+    try:
+        first = await asyncio.wait_for(sub.recv_multipart(), 5)  # idle: a heartbeat
+        assert decode_message(first) == (1, []) and decode_batch(first) == []
+        hub.publish([AllCleared(1)])
+        frames = await asyncio.wait_for(sub.recv_multipart(), 5)
+        while not decode_batch(frames):  # heartbeats sent before the event may still be queued
+            frames = await asyncio.wait_for(sub.recv_multipart(), 5)
+        assert decode_message(frames) == (1, [AllCleared(1)])
+        beat = await asyncio.wait_for(sub.recv_multipart(), 5)
+        assert decode_message(beat) == (2, []) and peek_range(beat) == (2, 0)
+        gaps = GapDetector()
+        gaps.feed(1, 1)
+        gaps.feed(*peek_range(beat))
+        assert gaps.gaps == 0 and publisher.heartbeats_sent >= 2
+    finally:
+        hub.close()
+        await asyncio.wait_for(task, 5)
+        sub.close(0)
+        ctx.term()
+        publisher.close()

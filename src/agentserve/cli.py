@@ -227,6 +227,12 @@ def _cmd_router(args: argparse.Namespace) -> int:
         config = config_from_args(RouterConfig, args)
         if config.discovery == "kubernetes" and not config.worker_service:
             raise ConfigError("--discovery kubernetes needs --worker-service")
+        from agentserve.router.discovery import static_endpoints
+
+        try:
+            static_endpoints(config.workers)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         from agentserve.router.main import run
 
         return run(config)

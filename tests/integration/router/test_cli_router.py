@@ -22,3 +22,10 @@ def test_kubernetes_discovery_without_a_service_is_a_config_error() -> None:
         proc = procs.start("router", "--discovery", "kubernetes", "--port", "0")
         assert proc.wait(timeout=30) == 2
         assert "--worker-service" in procs.logs() and "Traceback" not in procs.logs()
+
+
+def test_a_malformed_worker_url_is_a_config_error() -> None:
+    with Processes() as procs:
+        proc = procs.start("router", "--workers", "10.0.0.1:8200", "--port", "0")
+        assert proc.wait(timeout=30) == 2
+        assert "http://host:port" in procs.logs() and "Traceback" not in procs.logs()

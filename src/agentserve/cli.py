@@ -246,6 +246,27 @@ def _cmd_frontend(args: argparse.Namespace) -> int:
         return 2
 
 
+def _cmd_router(args: argparse.Namespace) -> int:
+    from agentserve.config import ConfigError, RouterConfig, config_from_args
+
+    try:
+        config = config_from_args(RouterConfig, args)
+        if config.discovery == "kubernetes" and not config.worker_service:
+            raise ConfigError("--discovery kubernetes needs --worker-service")
+        from agentserve.router.discovery import static_endpoints
+
+        try:
+            static_endpoints(config.workers)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        from agentserve.router.main import run
+
+        return run(config)
+    except ConfigError as exc:
+        print(f"agentserve router: {exc}", file=sys.stderr)
+        return 2
+
+
 def _cmd_trace(args: argparse.Namespace) -> int:
     from agentserve.telemetry.report import format_table, load, perfetto, summarize, total
 
@@ -366,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(handler=_cmd_operator)
 
-    from agentserve.config import WorkerConfig, add_config_flags
+    from agentserve.config import RouterConfig, WorkerConfig, add_config_flags
 
     p = sub.add_parser(
         "worker",
@@ -416,6 +437,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a Chrome/Perfetto trace-event timeline (open it in ui.perfetto.dev)",
     )
     p.set_defaults(handler=_cmd_trace)
+
+    p = sub.add_parser(
+        "router",
+        help="run the router: KV-aware placement of requests on workers, for frontends",
+        description="Follows the workers' KV events (ZeroMQ) and health, and serves the route API "
+        "frontends call per request (/route, /finish, /worker_failed, /workers, /health, /ready, "
+        "/metrics). Workers come from --workers URLs or a Kubernetes Service's EndpointSlices "
+        "(--discovery kubernetes). See docs/router.md.",
+    )
+    add_config_flags(p, RouterConfig)
+    p.set_defaults(handler=_cmd_router)
     return parser
 
 

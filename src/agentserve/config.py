@@ -119,7 +119,8 @@ class RouterConfig(_Config):
     port: int = Field(8100, ge=0, le=65535, description="port to listen on")
     policy: Literal["kv", "round-robin", "random", "least-loaded"] = Field("kv", description="placement")
     overlap_weight: float = Field(1.0, ge=0, description="weight of prefill blocks not cached on a worker")
-    load_weight: float = Field(1.0, ge=0, description="weight of a worker's active decode blocks")
+    # 0.1: an active block costs a decode step ~0.6 µs, a prefilled block ~1 ms (docs/router.md).
+    load_weight: float = Field(0.1, ge=0, description="weight of a worker's active decode blocks")
     temperature: float = Field(0.0, ge=0, description="softmax temperature over costs (0: argmin)")
     affinity_ttl_s: float = Field(300.0, ge=0, description="session affinity lifetime in seconds")
     block_size: int = Field(32, ge=1, description="tokens per KV block (must match the workers)")
@@ -132,6 +133,15 @@ class RouterConfig(_Config):
     )
     queue_max: int = Field(
         10_000, ge=1, description="waiting requests beyond which the API answers overloaded"
+    )
+    kv_events_timeout_s: float = Field(
+        5.0, gt=0, description="a worker silent this long on its KV event socket is removed (heartbeat 0.5 s)"
+    )
+    health_interval_s: float = Field(
+        1.0, gt=0, description="period of the workers' /ready probes; two failures in a row remove one"
+    )
+    ticket_ttl_s: float = Field(
+        1800.0, gt=0, description="a routed request never reported finished stops counting as load after this"
     )
 
 

@@ -3,7 +3,9 @@
 `Backend` is the frontend's one dependency on the rest of the stack. `EngineBackend` is the
 embedded deployment (`agentserve up`, tests, benchmarks): engines in this process, an embedded
 `RouterCore` fed their KV events by one task per engine, and a `Dispatcher` over
-`EngineTransport`s. The network deployments plug in the same way (see `remote.py`).
+`EngineTransport`s. `RoutedBackend` is the network deployment (`agentserve frontend`): workers
+reached through `agentserve.router.remote` — a router service (`router_url`) or a router embedded
+here that follows `worker_urls` by their ZeroMQ KV events — with the same dispatcher.
 """
 
 from __future__ import annotations
@@ -12,13 +14,22 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from agentserve.config import RouterConfig
+from agentserve.config import FrontendConfig, RouterConfig
 from agentserve.router.core import RouterCore
-from agentserve.router.dispatch import DispatchedStream, Dispatcher, EngineTransport, WorkerTransport
+from agentserve.router.dispatch import (
+    DispatchedStream,
+    Dispatcher,
+    EngineTransport,
+    NoCapacityError,
+    WorkerTransport,
+)
 from agentserve.router.placement import RouteRequest
 from agentserve.worker.engine import Engine, GenerateRequest, KvEvent
+
+if TYPE_CHECKING:
+    from agentserve.router.remote import Backend as RemoteBackend
 
 log = logging.getLogger("agentserve.frontend")
 
@@ -107,3 +118,36 @@ class EngineBackend:
             "queued": stats.queued,
             "decisions": stats.decisions,
         }
+
+
+class RoutedBackend:
+    """Network workers behind `agentserve.router.remote.connect` (router service or embedded router)."""
+
+    def __init__(self, config: FrontendConfig) -> None:
+        self.config = config
+        self.remote: RemoteBackend | None = None
+        self._dispatcher: Dispatcher | None = None
+
+    async def start(self) -> None:
+        from agentserve.router.remote import connect
+
+        self.remote = await connect(self.config)
+        self._dispatcher = self.remote.dispatcher()
+
+    async def stop(self) -> None:
+        if self.remote is not None:
+            await self.remote.aclose()
+            self.remote = None
+
+    @property
+    def ready(self) -> bool:
+        return self.remote is not None and bool(self.remote.workers())
+
+    async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
+        if self._dispatcher is None:
+            raise NoCapacityError("the frontend is still connecting to its workers")
+        return await self._dispatcher.generate(request, route)
+
+    def describe(self) -> dict[str, Any]:
+        live = sorted(self.remote.workers()) if self.remote is not None else []
+        return {"router": "service" if self.config.router_url else "embedded", "workers": live}

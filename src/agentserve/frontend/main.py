@@ -5,31 +5,21 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from agentserve.config import ConfigError, FrontendConfig, RouterConfig
+from agentserve.config import ConfigError, FrontendConfig
 from agentserve.frontend.app import create_app
-from agentserve.frontend.backend import Backend
+from agentserve.frontend.backend import Backend, RoutedBackend
 from agentserve.frontend.http import ApiKeys
 from agentserve.frontend.up import event_loop_runner, load_pipeline, load_signer, serve
 
-REMOTE_ROUTER_MODULE = "agentserve.router.remote"
-
 
 def build_backend(config: FrontendConfig) -> Backend:
-    if config.router_url is not None:
-        # The router service and its client (agentserve.router.remote) are being built separately;
-        # until they land the router is embedded in the frontend.
+    """Workers through a router service (`router_url`) or an embedded router over `worker_urls`."""
+    if not config.router_url and not config.worker_urls:
         raise ConfigError(
-            f"router_url is set but this build has no router service client ({REMOTE_ROUTER_MODULE}); "
-            "leave router_url unset and pass --worker-urls to embed the router"
+            "no workers: pass --router-url (a router service) or --worker-urls URL (repeatable) to embed "
+            "the router (or use agentserve up)"
         )
-    if not config.worker_urls:
-        raise ConfigError(
-            "no workers: pass --worker-urls URL (repeatable) or --router-url (or use agentserve up)"
-        )
-    from agentserve.frontend.remote import WorkerSetBackend
-
-    router = RouterConfig.model_validate({"block_size": config.block_size})
-    return WorkerSetBackend(config.worker_urls, router)
+    return RoutedBackend(config)
 
 
 def run_frontend(config: FrontendConfig) -> int:
@@ -42,8 +32,10 @@ def run_frontend(config: FrontendConfig) -> int:
     app = create_app(config, backend, pipeline=load_pipeline(config), signer=load_signer(config), keys=keys)
 
     def banner(base_url: str) -> str:
-        workers = ", ".join(config.worker_urls)
-        return f"agentserve frontend on {base_url}: model {config.model}, workers {workers}\n"
+        via = (
+            f"router {config.router_url}" if config.router_url else "workers " + ", ".join(config.worker_urls)
+        )
+        return f"agentserve frontend on {base_url}: model {config.model}, {via}\n"
 
     with contextlib.suppress(KeyboardInterrupt), event_loop_runner() as runner:
         runner.run(serve(app, config.host, config.port, banner))

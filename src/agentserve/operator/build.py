@@ -298,7 +298,8 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "trace_replay_hashes",
             "tool_events_zmq",
             # Serving details with working defaults; the keys that replicas must share
-            # (signing_key_file) and the embedded router's worker list come with their spec fields.
+            # (signing_key_file) come with their spec fields. A cluster frontend reaches workers
+            # through the router service (router_url), never a static worker list.
             "model_aliases",
             "accept_any_model",
             "signing_key_file",
@@ -308,8 +309,19 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "response_store_size",
         }
     ),
-    # Queue limits: the defaults match the workers' default batch size.
-    "router": frozenset({"host", "workers", "max_inflight_per_worker", "queue_max"}),
+    # Queue limits: the defaults match the workers' default batch size. Liveness timing: the
+    # defaults suit in-cluster networks (the workers heartbeat every 0.5 s).
+    "router": frozenset(
+        {
+            "host",
+            "workers",
+            "max_inflight_per_worker",
+            "queue_max",
+            "kv_events_timeout_s",
+            "health_interval_s",
+            "ticket_ttl_s",
+        }
+    ),
     "worker": frozenset(
         {
             "host",
@@ -673,6 +685,9 @@ def _service(spec: AgentServingDeploymentSpec, target: Target, component: Compon
         body["ports"] = [{"name": "http", "port": service.port, "targetPort": "http", "protocol": "TCP"}]
     elif component == "router":
         body["type"] = "ClusterIP"
+        # Route-API tickets belong to the replica that issued them: every connection of a frontend
+        # pod must reach the same router replica for its /finish to land where its /route did.
+        body["sessionAffinity"] = "ClientIP"
         body["ports"] = [{"name": "http", "port": PORTS["router"], "targetPort": "http", "protocol": "TCP"}]
     else:
         # Headless: the router discovers worker pods from this Service's EndpointSlices.

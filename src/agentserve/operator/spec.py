@@ -303,7 +303,7 @@ class FrontendSpec(ComponentSpec):
 
 class RouterWeights(_Spec):
     overlap: float = Field(1.0, ge=0, description="weight of prefill blocks not cached on a worker")
-    load: float = Field(1.0, ge=0, description="weight of a worker's active decode blocks")
+    load: float = Field(0.1, ge=0, description="weight of a worker's active decode blocks")
 
 
 class RouterSpec(ComponentSpec):

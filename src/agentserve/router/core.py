@@ -98,19 +98,24 @@ class RouterCore:
     # -- Router protocol ---------------------------------------------------------------------------
 
     async def route(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision:
-        while self._saturated(exclude):
+        await self.admit(request.priority, exclude)
+        return self.decide(request, exclude)
+
+    async def admit(self, priority: int = 0, exclude: frozenset[str] = frozenset()) -> None:
+        """Return once some worker outside `exclude` has room, waiting in the priority queue while
+        all are saturated (returns without suspending when one has room)."""
+        while self.saturated(exclude):
             if not [w for w in self._workers if w not in exclude]:
                 raise NoWorkerError("no worker available")
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             try:
-                entry = self._queue.push(waiter, request.priority)
+                entry = self._queue.push(waiter, priority)
             except OverflowError as exc:
                 raise OverloadedError("all workers are saturated and the queue is full") from exc
             try:
                 await waiter
             finally:
                 self._queue.cancel(entry)
-        return self.decide(request, exclude)
 
     def decide(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision:
         """Place now, ignoring saturation (the route API and benchmarks use it directly)."""
@@ -120,12 +125,25 @@ class RouterCore:
         return decision
 
     async def finish(self, decision: Decision) -> None:
-        self.placement.finish(decision.ticket)
+        self.finish_ticket(decision.ticket)
+
+    def finish_ticket(self, ticket: int) -> None:
+        self.placement.finish(ticket)
         self._admit_waiting()
 
     async def worker_failed(self, worker: str) -> None:
+        self.fail_worker(worker)
+
+    def fail_worker(self, worker: str) -> None:
         self.remove_worker(worker)
         self._admit_waiting()
+
+    def expire_tickets(self, max_age_s: float) -> int:
+        """Stop counting requests whose caller never reported them finished (a frontend that died)."""
+        expired = self.placement.expire(max_age_s)
+        if expired:
+            self._admit_waiting()
+        return expired
 
     def stats(self) -> RouterStats:
         return RouterStats(
@@ -134,7 +152,7 @@ class RouterCore:
 
     # -- saturation --------------------------------------------------------------------------------
 
-    def _saturated(self, exclude: frozenset[str]) -> bool:
+    def saturated(self, exclude: frozenset[str] = frozenset()) -> bool:
         limit = self.config.max_inflight_per_worker
         candidates: Sequence[str] = [w for w in self._workers if w not in exclude]
         return not candidates or all(self.placement.inflight(w) >= limit for w in candidates)

@@ -9,6 +9,13 @@ accounting stays right.
 
 Workers are reached through `WorkerTransport`s: an in-process engine (`EngineTransport`) or a
 `WorkerClient` over HTTP (`ClientTransport`), chosen by the deployment, invisible to the frontend.
+
+Speculative prefill (`agent_hints.speculative_prefill`): once a turn is done, the frontend hands
+`Dispatcher.speculative_prefill` the predicted next prompt (this prompt + the output + whatever
+the template adds before the next message). It is routed like the next turn will be (same
+session, so same worker while the prefix is there) and generated with `max_tokens=1` at the
+lowest priority: its prefill lands in that worker's KV cache while the agent runs its tools, and
+it never delays a real request (it waits behind them in the router's queue and the engine's).
 """
 
 from __future__ import annotations
@@ -16,22 +23,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from agentserve.router.core import Router
+from agentserve.router.core import OverloadedError, Router
 from agentserve.router.placement import Decision, NoWorkerError, RouteRequest
 from agentserve.worker.engine import (
     Engine,
     EngineError,
     GenerateRequest,
     InvalidRequestError,
+    SamplingParams,
     Step,
     StepStream,
 )
 
 log = logging.getLogger(__name__)
+
+WARM_PRIORITY = -(2**31)  # the lowest priority: a warm-up yields to every real request
 
 
 class WorkerTransport(Protocol):
@@ -96,7 +107,12 @@ class DispatchedStream:
         self._decision: Decision | None = None
         self._streamed = False
         self._closed = False
+        self._interrupted = False
+        self._worker: str | None = None  # the worker being opened or streaming (for interrupts)
+        self._opening: asyncio.Future[StepStream] | None = None
         self.attempts: list[Attempt] = []
+        self.output_token_ids: list[int] = []  # everything streamed so far (the next turn's prefix)
+        self.cached_tokens: int | None = None  # prompt tokens the serving worker had cached
 
     @property
     def decision(self) -> Decision:
@@ -106,7 +122,7 @@ class DispatchedStream:
 
     async def open(self) -> None:
         """Route and open the stream (retrying on other workers); raises NoCapacityError."""
-        exclude: set[str] = set()
+        exclude = {a.worker for a in self.attempts}
         for _ in range(self._dispatcher.max_attempts):
             try:
                 decision = await self._dispatcher.router.route(self._route, frozenset(exclude))
@@ -116,14 +132,27 @@ class DispatchedStream:
             if transport is None:
                 await self._fail_worker(decision, exclude, "worker is not registered")
                 continue
+            self._track(decision.worker)
+            # A task, so that `interrupt` can end an open a hung worker never answers.
+            self._opening = asyncio.ensure_future(transport.open(self._request))
             try:
-                self._stream = await transport.open(self._request)
+                self._stream = await self._opening
             except InvalidRequestError:
+                self._track(None)
                 await self._dispatcher.router.finish(decision)
                 raise
             except _WORKER_FAILURES as exc:
                 await self._fail_worker(decision, exclude, repr(exc))
                 continue
+            except asyncio.CancelledError:
+                if not self._interrupted:
+                    self._track(None)
+                    raise  # our caller was cancelled (the task was cancelled with us)
+                self._interrupted = False
+                await self._fail_worker(decision, exclude, "the router declared the worker dead")
+                continue
+            finally:
+                self._opening = None
             self._decision = decision
             return
         raise NoCapacityError(self._failure_summary("every attempt failed"))
@@ -137,36 +166,75 @@ class DispatchedStream:
         try:
             while True:
                 assert self._stream is not None
+                failure: BaseException | None = None
                 try:
                     step = await self._stream.__anext__()
                 except StopAsyncIteration:
-                    return
+                    if not self._interrupted:
+                        return
+                    failure = ConnectionAbortedError("the router declared the worker dead")
                 except InvalidRequestError:
                     raise
                 except _WORKER_FAILURES as exc:
+                    failure = exc
+                if failure is not None:
                     if self._streamed:
                         await self._dispatcher.router.worker_failed(self.decision.worker)
                         raise WorkerLostError(
-                            f"worker {self.decision.worker} failed mid-stream: {exc!r}"
-                        ) from exc
+                            f"worker {self.decision.worker} failed mid-stream: {failure!r}"
+                        ) from failure
                     # Nothing reached the client yet: retry transparently on another worker.
                     exclude = {a.worker for a in self.attempts}
-                    await self._fail_worker(self.decision, exclude, repr(exc))
+                    await self._fail_worker(self.decision, exclude, repr(failure))
                     self._stream = None
+                    self._interrupted = False
                     await self.open()
                     continue
                 if step.token_ids or step.text:
                     self._streamed = True
+                    self.output_token_ids += step.token_ids
+                if step.cached_tokens is not None:
+                    self.cached_tokens = step.cached_tokens
                 yield step
                 if step.finish_reason is not None:
                     return
         finally:
             await self.aclose()
 
+    def interrupt(self) -> None:
+        """End the stream as if its worker failed now (it is hung: nothing else would end it)."""
+        if self._closed or self._interrupted:
+            return
+        opening, stream = self._opening, self._stream
+        if opening is not None and not opening.done():
+            self._interrupted = True
+            opening.cancel()
+            return
+        if stream is None and opening is not None and not opening.cancelled() and not opening.exception():
+            stream = opening.result()  # opened, but `open` has not resumed to take it yet
+        if stream is not None:
+            self._interrupted = True
+            task = asyncio.get_running_loop().create_task(stream.aclose())  # wakes the pending read
+            self._dispatcher._closing.add(task)
+            task.add_done_callback(self._dispatcher._closing.discard)
+
+    def _track(self, worker: str | None) -> None:
+        open_ = self._dispatcher._open
+        if self._worker is not None:
+            streams = open_.get(self._worker)
+            if streams is not None:
+                streams.discard(self)
+                if not streams:
+                    del open_[self._worker]
+        self._worker = worker
+        if worker is not None:
+            open_.setdefault(worker, set()).add(self)
+
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._track(None)
         if self._stream is not None:
             with contextlib.suppress(*_WORKER_FAILURES):
                 await self._stream.aclose()  # aborts the engine request if it is still running
@@ -175,6 +243,7 @@ class DispatchedStream:
 
     async def _fail_worker(self, decision: Decision, exclude: set[str], error: str) -> None:
         log.warning("worker %s failed before streaming (%s); retrying elsewhere", decision.worker, error)
+        self._track(None)
         self.attempts.append(Attempt(decision.worker, error))
         exclude.add(decision.worker)
         await self._dispatcher.router.finish(decision)
@@ -186,6 +255,21 @@ class DispatchedStream:
         return f"{reason}; tried: {tried}" if tried else reason
 
 
+_WARM_FAILURES: tuple[type[BaseException], ...] = (
+    NoCapacityError,
+    OverloadedError,
+    WorkerLostError,
+    InvalidRequestError,
+    *_WORKER_FAILURES,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Warmed:
+    worker: str
+    cached_tokens: int  # of the warm-up's prompt, already cached before it ran
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -194,14 +278,68 @@ class Dispatcher:
         *,
         max_attempts: int = 3,
         on_worker_failed: Callable[[str], None] = lambda worker: None,
+        max_warming: int = 64,
     ) -> None:
         self.router = router
         self.workers = workers  # current transports by worker id (discovery may change them)
         self.max_attempts = max_attempts
         self.on_worker_failed = on_worker_failed
+        self.max_warming = max_warming  # speculative prefills in flight beyond which new ones are skipped
+        self._warming: set[asyncio.Task[Warmed | None]] = set()
+        self._open: dict[str, set[DispatchedStream]] = {}  # worker -> its open streams
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
         """Route and open `request`; iterate the result for steps. Raises NoCapacityError."""
         stream = DispatchedStream(self, request, route)
         await stream.open()
         return stream
+
+    def interrupt(self, worker: str) -> int:
+        """The router declared `worker` dead (hung or silent): end its streams now. Those that
+        streamed nothing yet are retried elsewhere, the others end with `WorkerLostError`."""
+        streams = list(self._open.get(worker, ()))
+        for stream in streams:
+            stream.interrupt()
+        return len(streams)
+
+    # -- speculative prefill -----------------------------------------------------------------------
+
+    async def warm(self, prompt_token_ids: Sequence[int], route: RouteRequest) -> Warmed | None:
+        """Prefill `prompt_token_ids` where `route` leads, at the lowest priority, one output token.
+
+        None when it could not run (no capacity, a worker lost): a warm-up is only a hint.
+        """
+        request = GenerateRequest(
+            f"warm-{uuid.uuid4().hex}",
+            prompt_token_ids,
+            SamplingParams(max_tokens=1),
+            priority=WARM_PRIORITY,
+        )
+        stream = DispatchedStream(self, request, replace(route, priority=WARM_PRIORITY, osl=1))
+        try:
+            async for _ in stream:
+                pass
+        except _WARM_FAILURES as exc:
+            log.info("speculative prefill skipped: %s", exc)
+            return None
+        return Warmed(stream.decision.worker, stream.cached_tokens or 0)
+
+    def speculative_prefill(
+        self, prompt_token_ids: Sequence[int], route: RouteRequest
+    ) -> asyncio.Task[Warmed | None] | None:
+        """Start `warm` in the background (the frontend does not wait for it); None if too many
+        are in flight already."""
+        if len(self._warming) >= self.max_warming:
+            return None
+        task = asyncio.get_running_loop().create_task(self.warm(prompt_token_ids, route))
+        self._warming.add(task)
+        task.add_done_callback(self._warming.discard)
+        return task
+
+    async def aclose(self) -> None:
+        """Cancel speculative prefills still running."""
+        tasks = list(self._warming)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

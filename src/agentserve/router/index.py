@@ -69,6 +69,17 @@ class KvIndex:
 
     # -- events ------------------------------------------------------------------------------------
 
+    def held(self, worker: str) -> frozenset[int]:
+        """The block hashes `worker` holds (a copy: for inspection, not the hot path)."""
+        return frozenset(self._held.get(worker, ()))
+
+    def held_count(self, worker: str) -> int:
+        return len(self._held.get(worker, ()))
+
+    def last_seq(self, worker: str) -> int | None:
+        """Sequence number of the last event applied for `worker` (None: none yet)."""
+        return self._last_seq.get(worker)
+
     def check_sequence(self, worker: str, seq: int) -> bool:
         """Record event `seq` of `worker`; False if events were missed (the worker needs a resync)."""
         last = self._last_seq.get(worker)

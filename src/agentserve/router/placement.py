@@ -54,6 +54,7 @@ class NoWorkerError(RuntimeError):
 class _InFlight:
     worker: str
     blocks: int
+    since: float
 
 
 class Placement:
@@ -68,7 +69,9 @@ class Placement:
         self.config = config
         self._rng = rng or random.Random()
         self._clock = clock
-        self._tickets = count()
+        # A random start keeps tickets of different router replicas apart: one that reaches the
+        # wrong replica (a frontend's connection moved) finishes nothing there.
+        self._tickets = count(self._rng.getrandbits(62))
         self._inflight: dict[int, _InFlight] = {}
         self._load: dict[str, int] = {}  # worker -> in-flight blocks
         self._requests: dict[str, int] = {}  # worker -> in-flight requests
@@ -84,6 +87,14 @@ class Placement:
 
     def inflight(self, worker: str) -> int:
         return self._requests.get(worker, 0)
+
+    def expire(self, max_age_s: float) -> int:
+        """Finish tickets older than `max_age_s` (their caller vanished without `finish`)."""
+        cutoff = self._clock() - max_age_s
+        old = [t for t, f in self._inflight.items() if f.since < cutoff]
+        for ticket in old:
+            self.finish(ticket)
+        return len(old)
 
     def forget_worker(self, worker: str) -> None:
         for ticket in [t for t, f in self._inflight.items() if f.worker == worker]:
@@ -137,7 +148,7 @@ class Placement:
 
     def _begin(self, worker: str, blocks: int) -> int:
         ticket = next(self._tickets)
-        self._inflight[ticket] = _InFlight(worker, blocks)
+        self._inflight[ticket] = _InFlight(worker, blocks, self._clock())
         self._load[worker] = self._load.get(worker, 0) + blocks
         self._requests[worker] = self._requests.get(worker, 0) + 1
         return ticket

@@ -13,6 +13,12 @@ Hashes are unsigned 64-bit `block_hashes` values. Sequence numbers start at 1 wh
 starts (its first event is `cleared`) and grow by one per event; a subscriber that sees a jump
 lost events (a slow subscriber past the PUB high-water mark, or it joined late) and resyncs from
 the worker's snapshot endpoint.
+
+A heartbeat is an empty batch whose sequence number is the *next* one the publisher will use
+(last published + 1). A publisher sends one whenever it has been idle for `HEARTBEAT_INTERVAL_S`,
+so a subscriber tells a quiet worker from a dead one, and also learns of events lost at the end
+of a burst (the heartbeat's number jumps) without waiting for the next event. Subscribers that
+only decode events see heartbeats as empty lists.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import msgpack
 from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, KvEvent
 
 DEFAULT_TOPIC = b"kv"
+HEARTBEAT_INTERVAL_S = 0.5  # an idle publisher sends a heartbeat this often
 _SEQ = struct.Struct(">Q")
+_EMPTY_ARRAY = b"\x90"  # msgpack fixarray of length 0
 
 
 class KvWireError(ValueError):
@@ -53,7 +61,17 @@ def encode_batch(events: Sequence[KvEvent], topic: bytes = DEFAULT_TOPIC) -> lis
     return [topic, _SEQ.pack(first), payload]
 
 
+def encode_heartbeat(next_seq: int, topic: bytes = DEFAULT_TOPIC) -> list[bytes]:
+    """An empty batch carrying the sequence number the next event will have."""
+    return [topic, _SEQ.pack(next_seq), _EMPTY_ARRAY]
+
+
 def decode_batch(frames: Sequence[bytes]) -> list[KvEvent]:
+    return decode_message(frames)[1]
+
+
+def decode_message(frames: Sequence[bytes]) -> tuple[int, list[KvEvent]]:
+    """(first sequence number, events); no events: a heartbeat, the number is the next one."""
     if len(frames) != 3 or len(frames[1]) != 8:
         raise KvWireError("a KV event message has 3 frames: topic, 8-byte sequence number, events")
     (first,) = _SEQ.unpack(frames[1])
@@ -78,7 +96,7 @@ def decode_batch(frames: Sequence[bytes]) -> list[KvEvent]:
                 raise KvWireError(f"unknown event kind {kind!r}")
         except (IndexError, TypeError) as exc:
             raise KvWireError(f"malformed event {body!r}") from exc
-    return events
+    return first, events
 
 
 def peek_range(frames: Sequence[bytes]) -> tuple[int, int]:

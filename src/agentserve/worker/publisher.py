@@ -2,17 +2,22 @@
 
 PUB never blocks the engine: a subscriber that falls more than `hwm` messages behind loses
 messages, sees a sequence-number gap and resyncs from the snapshot endpoint. Batches are sent as
-the engine produced them (one message per iteration), split above `max_batch` events.
+the engine produced them (one message per iteration), split above `max_batch` events. While no
+batch goes out for `heartbeat_s`, a heartbeat does (`kvwire.encode_heartbeat`): subscribers use
+it to tell an idle worker from one that stopped publishing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 
 import zmq
 
 from agentserve.worker.engine import KvEvent
-from agentserve.worker.kvwire import DEFAULT_TOPIC, encode_batch
+from agentserve.worker.kvwire import DEFAULT_TOPIC, HEARTBEAT_INTERVAL_S, encode_batch, encode_heartbeat
 
 
 class KvEventPublisher:
@@ -23,10 +28,12 @@ class KvEventPublisher:
         topic: bytes = DEFAULT_TOPIC,
         hwm: int = 100_000,
         max_batch: int = 4096,
+        heartbeat_s: float | None = HEARTBEAT_INTERVAL_S,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
     ) -> None:
         self.topic = topic
         self.max_batch = max_batch
+        self.heartbeat_s = heartbeat_s  # None: no heartbeats
         self._ctx = context or zmq.Context.instance()
         self._sock: zmq.Socket[bytes] = self._ctx.socket(zmq.PUB)
         self._sock.setsockopt(zmq.SNDHWM, hwm)
@@ -37,6 +44,8 @@ class KvEventPublisher:
         self.events_published = 0
         self.messages_published = 0
         self.last_seq = 0
+        self.heartbeats_sent = 0
+        self._last_send = time.monotonic()
 
     def publish(self, events: Sequence[KvEvent]) -> None:
         sock, topic, step = self._sock, self.topic, self.max_batch
@@ -47,11 +56,34 @@ class KvEventPublisher:
         if events:
             self.events_published += len(events)
             self.last_seq = events[-1].seq
+            self._last_send = time.monotonic()
+
+    def heartbeat(self) -> None:
+        self._sock.send_multipart(encode_heartbeat(self.last_seq + 1, self.topic), flags=zmq.NOBLOCK)
+        self.heartbeats_sent += 1
+        self._last_send = time.monotonic()
 
     async def run(self, batches: AsyncIterator[list[KvEvent]]) -> None:
-        """Publish every batch of a subscription until it ends."""
-        async for batch in batches:
-            self.publish(batch)
+        """Publish every batch of a subscription until it ends, with heartbeats while idle."""
+        beats = asyncio.create_task(self._beat()) if self.heartbeat_s else None
+        try:
+            async for batch in batches:
+                self.publish(batch)
+        finally:
+            if beats is not None:
+                beats.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beats
+
+    async def _beat(self) -> None:
+        interval = self.heartbeat_s
+        assert interval is not None
+        while True:
+            idle = time.monotonic() - self._last_send
+            if idle >= interval:
+                self.heartbeat()
+                idle = 0.0
+            await asyncio.sleep(interval - idle)
 
     def close(self) -> None:
         self._sock.close(linger=0)

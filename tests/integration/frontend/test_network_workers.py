@@ -14,9 +14,10 @@ from stack import serving
 
 from agentserve.config import ConfigError, FrontendConfig, WorkerConfig
 from agentserve.frontend.app import create_app
+from agentserve.frontend.backend import RoutedBackend
 from agentserve.frontend.http import ApiKeys
 from agentserve.frontend.main import build_backend
-from agentserve.frontend.remote import WorkerSetBackend
+from agentserve.router.local import LocalRouter
 from agentserve.worker.main import build_engine
 from agentserve.worker.publisher import KvEventPublisher
 from agentserve.worker.service import create_app as worker_app
@@ -39,7 +40,7 @@ def test_the_embedded_router_follows_network_workers(tmp_path: Any) -> None:
     with serving(worker_app(engine, publisher=publisher)) as (worker_url, _):
         config = FrontendConfig.model_validate({"model": "qwen3-sim", "worker_urls": [worker_url]})
         backend = build_backend(config)
-        assert isinstance(backend, WorkerSetBackend)
+        assert isinstance(backend, RoutedBackend)
         with serving(create_app(config, backend, keys=ApiKeys())) as (url, _):
             wait_ready(url)
             c = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
@@ -59,21 +60,22 @@ def test_the_embedded_router_follows_network_workers(tmp_path: Any) -> None:
             turn1 = first.usage.input_tokens + first.usage.cache_read_input_tokens + first.usage.output_tokens
             assert second.usage.cache_read_input_tokens >= reusable(turn1)
             # The router learnt the worker's blocks from its ZeroMQ events (and its snapshot).
+            assert backend.remote is not None and isinstance(backend.remote.router, LocalRouter)
+            core = backend.remote.router.core
             for _ in range(200):
-                if backend.router.stats().index.blocks * 32 >= reusable(turn1):
+                if core.stats().index.blocks * 32 >= reusable(turn1):
                     break
                 time.sleep(0.025)
-            assert backend.router.stats().index.blocks * 32 >= reusable(turn1)
-            assert httpx.get(url + "/ready").json()["workers"] == {worker_url: {"ready": True}}
+            assert core.stats().index.blocks * 32 >= reusable(turn1)
+            ready = httpx.get(url + "/ready").json()
+            assert ready["router"] == "embedded" and len(ready["workers"]) == 1
 
 
 def test_a_frontend_needs_workers_or_a_router() -> None:
     with pytest.raises(ConfigError, match="worker-urls"):
         build_backend(FrontendConfig.model_validate({"model": "qwen3-sim"}))
-    with pytest.raises(ConfigError, match="router service client"):
-        build_backend(
-            FrontendConfig.model_validate({"model": "qwen3-sim", "router_url": "http://127.0.0.1:1"})
-        )
+    remote = build_backend(FrontendConfig.model_validate({"model": "qwen3-sim", "router_url": "http://x:1"}))
+    assert isinstance(remote, RoutedBackend) and remote.describe() == {"router": "service", "workers": []}
 
 
 def test_a_worker_that_goes_away_leaves_the_router(tmp_path: Any) -> None:
@@ -86,7 +88,7 @@ def test_a_worker_that_goes_away_leaves_the_router(tmp_path: Any) -> None:
             serving(worker_app(engine, publisher=KvEventPublisher("tcp://127.0.0.1:*")))
         )
         config = FrontendConfig.model_validate({"model": "qwen3-sim", "worker_urls": [worker_url]})
-        backend = WorkerSetBackend([worker_url], poll_s=0.05)
+        backend = RoutedBackend(config)
         with serving(create_app(config, backend, keys=ApiKeys())) as (url, _):
             wait_ready(url)
             stack.close()  # the worker process goes away
@@ -95,7 +97,7 @@ def test_a_worker_that_goes_away_leaves_the_router(tmp_path: Any) -> None:
                     break
                 time.sleep(0.025)
             assert httpx.get(url + "/ready").status_code == 503
-            assert backend.router.workers == ()
+            assert backend.remote is not None and backend.remote.workers() == {}
             body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
             r = httpx.post(url + "/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
             assert r.status_code == 529 and r.json()["error"]["type"] == "overloaded_error"

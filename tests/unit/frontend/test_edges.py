@@ -23,8 +23,8 @@ from agentserve.frontend.harness import harness_settings
 from agentserve.frontend.http import ApiKeys, error_kind_for, error_response, parse_json
 from agentserve.frontend.models import served_models
 from agentserve.frontend.plan import generation_hints, output_budget, sampling_params
-from agentserve.frontend.remote import kv_endpoint
 from agentserve.frontend.up import load_signer
+from agentserve.router.discovery import kv_endpoint_for
 
 
 def test_output_budget_clamps_to_the_window_and_refuses_a_full_prompt() -> None:
@@ -138,11 +138,13 @@ def test_served_models_follow_the_family() -> None:
 
 
 def test_kv_endpoint_of_a_worker_bound_to_every_address() -> None:
+    kv_endpoint = kv_endpoint_for
     assert kv_endpoint("http://10.0.0.7:8200", "tcp://0.0.0.0:5557") == "tcp://10.0.0.7:5557"
     assert kv_endpoint("http://worker:8200", "tcp://*:5557") == "tcp://worker:5557"
     assert kv_endpoint("http://[::1]:8200", "tcp://[::]:5557") == "tcp://[::1]:5557"
     assert kv_endpoint("http://w:8200", "tcp://192.168.1.2:5557") == "tcp://192.168.1.2:5557"
-    assert kv_endpoint("http://w:8200", "ipc:///tmp/kv") == "ipc:///tmp/kv"
+    with pytest.raises(ValueError, match="tcp://"):  # the router reaches workers across hosts: TCP only
+        kv_endpoint("http://w:8200", "ipc:///tmp/kv")
 
 
 def test_signing_key_from_file_environment_or_random(tmp_path: Path) -> None:

@@ -516,6 +516,14 @@ def test_worker_service_is_headless_and_router_can_watch_endpointslices() -> Non
         assert "serviceAccountName" not in pod(objs, component)
 
 
+def test_router_service_keeps_a_frontend_on_one_replica() -> None:
+    service = get(objects(), "Service", "coder-router")
+    assert service["spec"]["type"] == "ClusterIP" and service["spec"]["sessionAffinity"] == "ClientIP"
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 8100, "targetPort": "http", "protocol": "TCP"}
+    ]
+
+
 def test_frontend_service() -> None:
     service = get(objects(), "Service", "coder-frontend")
     assert service["spec"]["type"] == "ClusterIP"

@@ -15,6 +15,7 @@ from agentserve.config import RouterConfig
 from agentserve.prompt.hashing import block_hashes
 from agentserve.router.core import RouterCore
 from agentserve.router.dispatch import (
+    DispatchedStream,
     Dispatcher,
     EngineTransport,
     NoCapacityError,
@@ -182,4 +183,73 @@ async def test_closing_a_stream_early_aborts_and_releases_load() -> None:
     assert core.placement.inflight("w") == 0
     await asyncio.sleep(0.01)
     assert engine.load().running == 0
+    await engine.stop()
+
+
+class Hung:
+    """A worker that stopped (SIGSTOP): the connection opens, nothing ever comes back."""
+
+    def __init__(self, engine: SimEngine | None = None, steps: int = 0) -> None:
+        self.engine, self.steps = engine, steps
+
+    async def open(self, request: GenerateRequest) -> StepStream:
+        if self.engine is None:
+            await asyncio.Event().wait()  # the response head never arrives
+        inner = self.engine.generate(request)
+        n = self.steps
+        stopped = asyncio.Event()
+
+        class Stream:
+            def __aiter__(self) -> Stream:
+                return self
+
+            async def __anext__(self) -> Step:
+                nonlocal n
+                if n > 0:
+                    n -= 1
+                    step = await inner.__anext__()
+                    return Step(step.token_ids, step.text, step.cached_tokens)
+                await stopped.wait()  # hung until closed; then the read fails, as a socket's does
+                raise ConnectionResetError("connection closed")
+
+            async def aclose(self) -> None:
+                stopped.set()
+                await inner.aclose()
+
+        return Stream()  # type: ignore[return-value]
+
+
+async def test_interrupting_a_dead_workers_streams_retries_or_fails_each_cleanly() -> None:
+    (engine,) = await engines(1)
+    core = RouterCore(RouterConfig(block_size=16, policy="round-robin"))
+    transports: dict[str, WorkerTransport] = {"ok": EngineTransport(engine)}
+    core.add_worker("hung")
+    core.add_worker("ok")
+    dispatcher = Dispatcher(core, lambda: transports)
+
+    async def consume(stream_task: asyncio.Task[DispatchedStream]) -> tuple[str, int]:
+        stream = await stream_task
+        tokens = 0
+        try:
+            async for step in stream:
+                tokens += len(step.token_ids)
+        except WorkerLostError:
+            return "lost", tokens
+        return stream.decision.worker, tokens
+
+    # 1: the open never answers. 2: opened, nothing streamed. 3: streamed a token, then hung.
+    results = []
+    for hung in (Hung(), Hung(engine, 0), Hung(engine, 1)):
+        transports["hung"] = hung
+        core.placement._rr = core.workers.index("hung")  # round-robin: the next request goes there
+        task = asyncio.create_task(dispatcher.generate(request(f"r{len(results)}"), route()))
+        run = asyncio.create_task(consume(task))
+        await asyncio.sleep(0.05)
+        assert not run.done()  # hung: nothing would ever end it
+        assert dispatcher.interrupt("hung") == 1
+        results.append(await asyncio.wait_for(run, 2))
+        core.add_worker("hung")  # the failure purged it; put it back for the next case
+    assert results[:2] == [("ok", 8), ("ok", 8)]  # nothing streamed yet: retried on "ok"
+    assert results[2][0] == "lost" and results[2][1] > 0  # streamed, then hung: a clean error
+    assert dispatcher.interrupt("hung") == 0 and dispatcher._open == {}
     await engine.stop()

@@ -26,8 +26,8 @@ def test_kv_policy_follows_the_cache() -> None:
 
 
 def test_kv_policy_weighs_load_against_cache() -> None:
-    # Dynamo's documented example shape: cost = prefill blocks + decode blocks.
-    p = placement()
+    # Dynamo's documented example shape: cost = prefill blocks + decode blocks (both weights 1).
+    p = placement(load_weight=1.0)
     for _ in range(3):  # load w1 with three requests of 4 prompt + 1 output block each
         p.choose(req(), ["w1"], {})
     d = p.choose(req(), ["w0", "w1"], {"w0": 0, "w1": 4})
@@ -92,3 +92,17 @@ def test_forgetting_a_worker_drops_its_load_and_sessions() -> None:
     p.choose(req(session="s"), ["w0"], {})
     p.forget_worker("w0")
     assert p.load("w0") == 0 and p.inflight("w0") == 0
+
+
+def test_tickets_never_finished_expire_and_stop_counting() -> None:
+    clock = [0.0]
+    p = placement(clock)
+    old = p.choose(RouteRequest([], 8), ["a"], {})
+    clock[0] = 50.0
+    new = p.choose(RouteRequest([], 8), ["a"], {})
+    assert p.inflight("a") == 2
+    clock[0] = 120.0
+    assert p.expire(100.0) == 1  # only the one routed at t=0 is older than 100 s
+    assert p.inflight("a") == 1 and p.load("a") == new.prompt_blocks + 64
+    p.finish(old.ticket)  # a late finish of an expired ticket changes nothing
+    assert p.inflight("a") == 1

@@ -1,0 +1,43 @@
+"""`agentserve router`: the router service from its configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from agentserve.config import RouterConfig
+
+log = logging.getLogger("agentserve.router")
+
+
+async def serve(config: RouterConfig) -> None:
+    import uvicorn
+
+    from agentserve.router.local import LocalRouter
+    from agentserve.router.service import create_app
+
+    router = LocalRouter(config)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(router), host=config.host, port=config.port, log_level="warning", access_log=False
+        )
+    )
+    source = (
+        f"EndpointSlices of {config.namespace or '(pod namespace)'}/{config.worker_service}"
+        if config.discovery == "kubernetes"
+        else f"{len(config.workers)} static workers"
+    )
+    log.warning(
+        "agentserve router: %s policy on http://%s:%d, workers from %s",
+        config.policy,
+        config.host,
+        config.port,
+        source,
+    )
+    await server.serve()
+
+
+def run(config: RouterConfig) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    asyncio.run(serve(config))
+    return 0

@@ -207,63 +207,30 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     )
 
 
-def _cmd_worker(args: argparse.Namespace) -> int:
-    from agentserve.config import ConfigError, WorkerConfig, config_from_args
+# The long-running components: their config model (agentserve.config) and entry point, imported
+# only when that command runs so the CLI itself starts fast.
+_COMPONENTS: dict[str, tuple[str, str]] = {
+    "worker": ("WorkerConfig", "agentserve.worker.main:run"),
+    "up": ("UpConfig", "agentserve.frontend.up:run_up"),
+    "frontend": ("FrontendConfig", "agentserve.frontend.main:run_frontend"),
+    "router": ("RouterConfig", "agentserve.router.main:run"),
+}
 
+
+def _cmd_component(args: argparse.Namespace) -> int:
+    """Load the component's config (defaults ← --config file ← flags) and run it; bad config exits 2."""
+    from importlib import import_module
+
+    from agentserve import config as settings
+
+    model_name, entry = _COMPONENTS[args.command]
+    module, _, function = entry.partition(":")
     try:
-        config = config_from_args(WorkerConfig, args)
-        from agentserve.worker.main import run
-
+        config = settings.config_from_args(getattr(settings, model_name), args)
+        run: Callable[[object], int] = getattr(import_module(module), function)
         return run(config)
-    except ConfigError as exc:
-        print(f"agentserve worker: {exc}", file=sys.stderr)
-        return 2
-
-
-def _cmd_up(args: argparse.Namespace) -> int:
-    from agentserve.config import ConfigError, UpConfig, config_from_args
-
-    try:
-        config = config_from_args(UpConfig, args)
-        from agentserve.frontend.up import run_up
-
-        return run_up(config)
-    except ConfigError as exc:
-        print(f"agentserve up: {exc}", file=sys.stderr)
-        return 2
-
-
-def _cmd_frontend(args: argparse.Namespace) -> int:
-    from agentserve.config import ConfigError, FrontendConfig, config_from_args
-
-    try:
-        config = config_from_args(FrontendConfig, args)
-        from agentserve.frontend.main import run_frontend
-
-        return run_frontend(config)
-    except ConfigError as exc:
-        print(f"agentserve frontend: {exc}", file=sys.stderr)
-        return 2
-
-
-def _cmd_router(args: argparse.Namespace) -> int:
-    from agentserve.config import ConfigError, RouterConfig, config_from_args
-
-    try:
-        config = config_from_args(RouterConfig, args)
-        if config.discovery == "kubernetes" and not config.worker_service:
-            raise ConfigError("--discovery kubernetes needs --worker-service")
-        from agentserve.router.discovery import static_endpoints
-
-        try:
-            static_endpoints(config.workers)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-        from agentserve.router.main import run
-
-        return run(config)
-    except ConfigError as exc:
-        print(f"agentserve router: {exc}", file=sys.stderr)
+    except settings.ConfigError as exc:
+        print(f"agentserve {args.command}: {exc}", file=sys.stderr)
         return 2
 
 
@@ -397,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
         "ZeroMQ PUB socket. See docs/worker.md.",
     )
     add_config_flags(p, WorkerConfig)
-    p.set_defaults(handler=_cmd_worker)
+    p.set_defaults(handler=_cmd_component)
 
     from agentserve.config import FrontendConfig, UpConfig
 
@@ -409,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and ready-to-paste settings for Claude Code, Codex and OpenAI clients. See docs/frontend.md.",
     )
     add_config_flags(p, UpConfig)
-    p.set_defaults(handler=_cmd_up)
+    p.set_defaults(handler=_cmd_component)
 
     p = sub.add_parser(
         "frontend",
@@ -419,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
         "See docs/frontend.md.",
     )
     add_config_flags(p, FrontendConfig)
-    p.set_defaults(handler=_cmd_frontend)
+    p.set_defaults(handler=_cmd_component)
 
     p = sub.add_parser(
         "trace",
@@ -447,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(--discovery kubernetes). See docs/router.md.",
     )
     add_config_flags(p, RouterConfig)
-    p.set_defaults(handler=_cmd_router)
+    p.set_defaults(handler=_cmd_component)
     return parser
 
 

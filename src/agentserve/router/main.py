@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from agentserve.config import RouterConfig
+from agentserve.config import ConfigError, RouterConfig
+from agentserve.router.discovery import static_endpoints
 
 log = logging.getLogger("agentserve.router")
 
@@ -38,6 +39,13 @@ async def serve(config: RouterConfig) -> None:
 
 
 def run(config: RouterConfig) -> int:
+    """`agentserve router`: validate what the model alone cannot, then serve until interrupted."""
+    if config.discovery == "kubernetes" and not config.worker_service:
+        raise ConfigError("--discovery kubernetes needs --worker-service")
+    try:
+        static_endpoints(config.workers)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     asyncio.run(serve(config))
     return 0

@@ -21,6 +21,7 @@ the same everywhere:
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from typing import ClassVar, Literal
 
 from agentserve.conversation import OutputEvent
@@ -52,7 +53,7 @@ def is_partial(buf: str, j: int, markers: tuple[str, ...]) -> bool:
     return any(rest < len(m) and m.startswith(buf[j:]) for m in markers)
 
 
-class XmlCallBlock:
+class XmlCallBlock(ABC):
     """Base of the XML-style tool blocks; a subclass implements `_run` and `_close_uncommitted`."""
 
     STRIP_NEWLINES: ClassVar[bool] = False
@@ -95,8 +96,9 @@ class XmlCallBlock:
         assert j >= len(tail)
         return i + j - len(tail)
 
+    @abstractmethod
     def _run(self, buf: str, i: int, out: list[OutputEvent]) -> int:
-        raise NotImplementedError
+        """The family's tag grammar over `buf[i:]`; returns where it stopped (see `feed`)."""
 
     def close(self, out: list[OutputEvent]) -> None:
         if self.done:

@@ -27,6 +27,7 @@ import re
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
 from agentserve.parsing.delimited import WHITESPACE, DelimitedArgs
+from agentserve.parsing.markerblock import MarkerBlock
 from agentserve.parsing.scanner import MarkerSet
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -48,10 +49,11 @@ _BETWEEN, _HEAD, _KIND, _NAME, _FENCE, _ARGS = range(6)
 _F_BEFORE, _F_TICKS, _F_LANG, _F_AFTER = range(4)
 
 
-class DeepSeekToolCalls:
+class DeepSeekToolCalls(MarkerBlock):
     """One `<｜tool▁calls▁begin｜>` … `<｜tool▁calls▁end｜>` block of calls (V3 and V3.1 forms)."""
 
     __slots__ = ("_args", "_calls", "_fence", "_head", "_raw", "_state", "done", "fallback")
+    markers = _MARKERS
 
     def __init__(self, ctx: BlockContext) -> None:
         self._calls = ctx.calls
@@ -64,20 +66,6 @@ class DeepSeekToolCalls:
         self._raw: list[str] = [ctx.opener]
         self.done = False
         self.fallback = ""
-
-    def feed(self, buf: str, i: int, out: list[OutputEvent]) -> int:
-        n = len(buf)
-        while i < n and not self.done:
-            m = _MARKERS.search(buf, i)
-            end = m.start() if m is not None else _MARKERS.hold_from(buf, i)
-            while i < end and not self.done:
-                i = self._text(buf, i, end, out)
-            if self.done:
-                return i
-            if m is None:
-                return i  # a partial marker: the driver holds it until more text arrives
-            i = self._marker(m.group(), m.start(), m.end(), out)
-        return i
 
     # -- text between markers ----------------------------------------------------------------------
 

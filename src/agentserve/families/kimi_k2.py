@@ -17,6 +17,7 @@ from __future__ import annotations
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
 from agentserve.parsing.delimited import DelimitedArgs
+from agentserve.parsing.markerblock import MarkerBlock
 from agentserve.parsing.scanner import MarkerSet
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -37,10 +38,11 @@ def call_name(call_id: str) -> str:
     return call_id.split(":", 1)[0].strip().removeprefix("functions.")
 
 
-class KimiToolSection:
+class KimiToolSection(MarkerBlock):
     """One `<|tool_calls_section_begin|>` … `<|tool_calls_section_end|>` block of calls."""
 
     __slots__ = ("_args", "_calls", "_id", "_raw", "_state", "done", "fallback")
+    markers = _MARKERS
 
     def __init__(self, ctx: BlockContext) -> None:
         self._calls = ctx.calls
@@ -51,20 +53,6 @@ class KimiToolSection:
         self._raw: list[str] = [ctx.opener]
         self.done = False
         self.fallback = ""
-
-    def feed(self, buf: str, i: int, out: list[OutputEvent]) -> int:
-        n = len(buf)
-        while i < n and not self.done:
-            m = _MARKERS.search(buf, i)
-            end = m.start() if m is not None else _MARKERS.hold_from(buf, i)
-            if end > i:
-                i = self._text(buf, i, end, out)
-                if self.done:
-                    return i
-            if m is None:
-                return i  # a partial marker: the driver holds it until more text arrives
-            i = self._marker(m.group(), m.start(), m.end(), out)
-        return i
 
     def _text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
         state = self._state

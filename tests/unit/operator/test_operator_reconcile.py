@@ -14,6 +14,7 @@ import copy
 import itertools
 import logging
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -564,6 +565,20 @@ def test_no_key_reaches_status_or_logs(caplog: pytest.LogCaptureFixture) -> None
     status = repr([first.status, run_sync(state, cr(), "timer", LOG).status])
     for form in (key.hex(), base64.b64encode(key).decode(), base64.b64encode(key.hex().encode()).decode()):
         assert form not in caplog.text and form not in status
+
+
+def test_a_frontend_reads_the_key_the_operator_wrote(tmp_path: Path) -> None:
+    from agentserve.config import FrontendConfig
+    from agentserve.frontend.up import load_signer
+
+    cluster = FakeCluster()
+    sync(cluster, cr(), NOW, new_key=keys(42))
+    secret = cluster.objects[SIGNING_SECRET]
+    path = tmp_path / "signing-key"  # what kubelet writes for the volume's item
+    path.write_bytes(base64.b64decode(secret["data"]["signing-key"]))
+    signer = load_signer(FrontendConfig.model_validate({"signing_key_file": str(path)}), {})
+    assert signer.fingerprint == secret["metadata"]["annotations"]["agentserve.dev/signing-key-fingerprint"]
+    assert signer.fingerprint == fingerprint(bytes([42]) * 32)
 
 
 def test_the_operator_makes_a_fresh_random_key_per_deployment() -> None:

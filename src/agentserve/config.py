@@ -89,7 +89,9 @@ class FrontendConfig(PromptConfig):
         True, description="serve requests naming any model with the served model (harnesses send their own)"
     )
     signing_key_file: str | None = Field(
-        None, description="key for thinking signatures and sealed reasoning (replicas must share one)"
+        None,
+        description="file with the key for thinking signatures and sealed reasoning: hex, base64 or raw "
+        "bytes, at least 16 (replicas must share one; default: random per process)",
     )
     ping_interval_s: float = Field(
         10.0, ge=0, description="keep-alive ping on idle streams every N seconds (0: never)"

@@ -57,6 +57,10 @@ permission it grants in the router's Role (endpointslices), or the apiserver ref
 - apiGroups: [""]
   resources: ["configmaps", "services", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# The frontends' signing-key Secret: created when missing, never read or changed (no other verb).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]

@@ -8,8 +8,10 @@
   authenticated, so a stateless (`store: false`) client gives us back the exact text even if it drops
   the readable `content`. It is sealed, not secret: the same text is in the item's `content`.
 
-Replicas that serve one client must share the key (configuration); a random key per process is the
-default, which only costs recognising blocks across restarts.
+Replicas that serve one client must share the key (`signing_key_file`; on Kubernetes the operator
+mounts one Secret into every frontend pod). A random key per process is the fallback: a block from
+another process or an earlier restart is then not recognised, and sealed reasoning is not restored.
+The key's format and fingerprint are `agentserve.keyfile`'s.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import hashlib
 import hmac
 import secrets
 import zlib
+
+from agentserve.keyfile import MIN_KEY_BYTES, NEW_KEY_BYTES, fingerprint
 
 THINKING_PREFIX = "ast1"
 SEALED_PREFIX = "asr1."
@@ -38,13 +42,18 @@ class Signer:
     __slots__ = ("_key",)
 
     def __init__(self, key: bytes) -> None:
-        if len(key) < 16:
-            raise ValueError("signing key must be at least 16 bytes")
+        if len(key) < MIN_KEY_BYTES:
+            raise ValueError(f"signing key must be at least {MIN_KEY_BYTES} bytes")
         self._key = key
 
     @classmethod
     def random(cls) -> Signer:
-        return cls(secrets.token_bytes(32))
+        return cls(secrets.token_bytes(NEW_KEY_BYTES))
+
+    @property
+    def fingerprint(self) -> str:
+        """Replicas that share a key show the same fingerprint (the key itself is never shown)."""
+        return fingerprint(self._key)
 
     def _mac(self, domain: bytes, payload: bytes) -> bytes:
         return hmac.new(self._key, domain + b"\0" + payload, hashlib.sha256).digest()

@@ -343,7 +343,8 @@ def create_app(
 
     @app.get("/ready", summary="Readiness: at least one worker takes requests", tags=["ops"])
     async def ready() -> Response:
-        body = {"ready": backend.ready, **backend.describe()}
+        # The key's fingerprint (never the key): replicas behind one Service must show the same one.
+        body = {"ready": backend.ready, **backend.describe(), "signing_key": frontend.ctx.signer.fingerprint}
         return json_response(body, 200 if backend.ready else 503)
 
     @app.get("/metrics", summary="Prometheus metrics", tags=["ops"])

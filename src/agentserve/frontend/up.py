@@ -25,6 +25,7 @@ from agentserve.frontend.app import create_app
 from agentserve.frontend.backend import EngineBackend
 from agentserve.frontend.harness import harness_settings
 from agentserve.frontend.http import ApiKeys
+from agentserve.keyfile import decode_key
 from agentserve.prompt.pipeline import PromptPipeline
 from agentserve.prompt.template import PromptError
 from agentserve.worker.engine import Engine
@@ -36,21 +37,34 @@ SIGNING_KEY_ENV = "AGENTSERVE_SIGNING_KEY"
 
 
 def load_signer(config: FrontendConfig, environ: Mapping[str, str] = os.environ) -> Signer:
-    """The signing key from `signing_key_file` or $AGENTSERVE_SIGNING_KEY, else a random one."""
-    raw: bytes | None = None
+    """The signing key from `signing_key_file` or $AGENTSERVE_SIGNING_KEY, else a random one.
+
+    Hex, base64 or raw bytes (`agentserve.keyfile`). Only the key's fingerprint is logged, so operators
+    can check that replicas agree (`/ready` shows it too).
+    """
     if config.signing_key_file is not None:
+        source = f"signing_key_file {config.signing_key_file}"
         try:
-            raw = Path(config.signing_key_file).read_bytes().strip()
+            raw = Path(config.signing_key_file).read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read signing_key_file: {exc}") from exc
     elif environ.get(SIGNING_KEY_ENV):
-        raw = environ[SIGNING_KEY_ENV].strip().encode()
-    if raw is None:
-        return Signer.random()
+        source, raw = f"${SIGNING_KEY_ENV}", environ[SIGNING_KEY_ENV].encode()
+    else:
+        signer = Signer.random()
+        log.info(
+            "signing key: random to this process (fingerprint %s); other replicas and restarts will not "
+            "recognise its thinking signatures or sealed reasoning: set signing_key_file to share one",
+            signer.fingerprint,
+        )
+        return signer
     try:
-        return Signer(raw)
+        key, form = decode_key(raw)
     except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise ConfigError(f"{source}: {exc}") from exc
+    signer = Signer(key)
+    log.info("signing key from %s (%s): fingerprint %s", source, form, signer.fingerprint)
+    return signer
 
 
 def load_pipeline(config: FrontendConfig) -> PromptPipeline:

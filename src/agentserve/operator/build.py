@@ -22,7 +22,13 @@ from pydantic import BaseModel
 
 from agentserve import __version__
 from agentserve.config import FrontendConfig, RouterConfig, WorkerConfig, config_to_yaml
-from agentserve.operator.spec import API_VERSION, KIND, AgentServingDeploymentSpec, ComponentSpec
+from agentserve.operator.spec import (
+    API_VERSION,
+    KIND,
+    MANAGED_SIGNING_KEY,
+    AgentServingDeploymentSpec,
+    ComponentSpec,
+)
 
 Component = Literal["frontend", "router", "worker"]
 COMPONENTS: tuple[Component, ...] = ("frontend", "router", "worker")
@@ -38,6 +44,8 @@ CONFIG_DIR = "/etc/agentserve"
 MODEL_DIR = "/models"
 CACHE_DIR = "/var/cache/agentserve"
 AUTH_DIR = "/etc/agentserve/auth"
+SIGNING_DIR = "/etc/agentserve/signing"
+SECRET_FILE_MODE = 0o440  # owner root, group fsGroup (the frontend's): read-only, nobody else
 TRACE_DIR = "/var/lib/agentserve/traces"
 TEMPLATE_DIR = "/etc/agentserve/chat-template"
 LLM_API_OPTIONS_KEY = "llm-api-options.yaml"
@@ -70,6 +78,11 @@ class Target:
     @property
     def config_map(self) -> str:
         return f"{self.name}-config"
+
+    @property
+    def signing_secret(self) -> str:
+        """The Secret the operator creates for the signing key when the spec names none."""
+        return f"{self.name}-signing-key"
 
     @property
     def frontend_url(self) -> str:
@@ -126,6 +139,20 @@ def _chat_template(spec: AgentServingDeploymentSpec) -> str | None:
 
 def _api_keys_file(spec: AgentServingDeploymentSpec) -> str | None:
     return posixpath.join(AUTH_DIR, "api-keys") if spec.auth.api_keys_secret is not None else None
+
+
+def signing_key_source(spec: AgentServingDeploymentSpec, target: Target) -> tuple[str, str]:
+    """The Secret and key every frontend replica reads its signing key from: the spec's, else ours."""
+    ref = spec.auth.signing_key_secret
+    if ref is not None:
+        return ref.name, ref.key
+    return target.signing_secret, MANAGED_SIGNING_KEY
+
+
+def _signing_key_file(spec: AgentServingDeploymentSpec) -> str:
+    # Named after the Secret's key: pointing the spec at another key changes frontend.yaml too.
+    ref = spec.auth.signing_key_secret
+    return posixpath.join(SIGNING_DIR, ref.key if ref is not None else MANAGED_SIGNING_KEY)
 
 
 def _trace_sink(spec: AgentServingDeploymentSpec) -> str | None:
@@ -212,6 +239,13 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping(
         "auth.apiKeysSecret", "frontend", "api_keys_file", _s(_api_keys_file), "Secret key mounted as a file"
     ),
+    Mapping(
+        "auth.signingKeySecret",
+        "frontend",
+        "signing_key_file",
+        _s(_signing_key_file),
+        "Secret key mounted read-only as a file; unset: NAME-signing-key, created by the operator",
+    ),
     Mapping("observability.traceSink", "frontend", "trace_sink", _s(_trace_sink), "emptyDir or PVC, per pod"),
     # router
     Mapping("router.policy", "router", "policy", _s(lambda s: s.router.policy)),
@@ -297,12 +331,10 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "trace_queue_size",
             "trace_replay_hashes",
             "tool_events_zmq",
-            # Serving details with working defaults; the keys that replicas must share
-            # (signing_key_file) come with their spec fields. A cluster frontend reaches workers
-            # through the router service (router_url), never a static worker list.
+            # Serving details with working defaults. A cluster frontend reaches workers through the
+            # router service (router_url), never a static worker list.
             "model_aliases",
             "accept_any_model",
-            "signing_key_file",
             "ping_interval_s",
             "worker_urls",
             "call_memory_turns",
@@ -408,7 +440,7 @@ def worker_selector(name: str) -> str:
     return f"{L_NAME}=agentserve,{L_INSTANCE}={name},{L_COMPONENT}=worker"
 
 
-def _meta(target: Target, name: str, component: Component | None = None) -> dict[str, Any]:
+def object_meta(target: Target, name: str, component: Component | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": target.namespace, "labels": labels(target, component)}
     if target.uid:
         meta["ownerReferences"] = [
@@ -569,6 +601,20 @@ def _volumes(
                 }
             )
             mounts.append({"name": "auth", "mountPath": AUTH_DIR, "readOnly": True})
+        # Every replica mounts the same Secret, so all of them sign and seal with one key. Not optional:
+        # a pod must wait for the Secret rather than start with a key of its own.
+        secret_name, secret_key = signing_key_source(spec, target)
+        volumes.append(
+            {
+                "name": "signing-key",
+                "secret": {
+                    "secretName": secret_name,
+                    "items": [{"key": secret_key, "path": secret_key}],
+                    "defaultMode": SECRET_FILE_MODE,
+                },
+            }
+        )
+        mounts.append({"name": "signing-key", "mountPath": SIGNING_DIR, "readOnly": True})
         sink = spec.observability.trace_sink
         if sink.enabled:
             if sink.claim_name:
@@ -663,7 +709,7 @@ def _deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(target, target.child(component), component),
+        "metadata": object_meta(target, target.child(component), component),
         "spec": {
             "replicas": cs.replicas,
             "revisionHistoryLimit": 3,
@@ -675,7 +721,7 @@ def _deployment(
 
 
 def _service(spec: AgentServingDeploymentSpec, target: Target, component: Component) -> dict[str, Any]:
-    meta = _meta(target, target.child(component), component)
+    meta = object_meta(target, target.child(component), component)
     body: dict[str, Any] = {"selector": selector_labels(target, component)}
     if component == "frontend":
         service = spec.frontend.service
@@ -704,7 +750,7 @@ def _pdb(target: Target, component: Component) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _meta(target, target.child(component), component),
+        "metadata": object_meta(target, target.child(component), component),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(target, component)}},
     }
 
@@ -715,13 +761,13 @@ def _router_rbac(target: Target) -> list[dict[str, Any]]:
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _meta(target, name, "router"),
+            "metadata": object_meta(target, name, "router"),
             "automountServiceAccountToken": True,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": _meta(target, name, "router"),
+            "metadata": object_meta(target, name, "router"),
             "rules": [
                 {
                     "apiGroups": ["discovery.k8s.io"],
@@ -733,7 +779,7 @@ def _router_rbac(target: Target) -> list[dict[str, Any]]:
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": _meta(target, name, "router"),
+            "metadata": object_meta(target, name, "router"),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": target.namespace}],
         },
@@ -748,7 +794,7 @@ def _network_policy(spec: AgentServingDeploymentSpec, target: Target) -> dict[st
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _meta(target, f"{target.name}-internal"),
+        "metadata": object_meta(target, f"{target.name}-internal"),
         "spec": {
             "podSelector": {
                 "matchLabels": {L_NAME: "agentserve", L_INSTANCE: target.name},
@@ -771,7 +817,7 @@ def _network_policy(spec: AgentServingDeploymentSpec, target: Target) -> dict[st
 
 def _service_monitor(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, Any]:
     sm = spec.observability.service_monitor
-    meta = _meta(target, target.name)
+    meta = object_meta(target, target.name)
     meta["labels"] = {**sm.labels, **meta["labels"]}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -793,7 +839,12 @@ def build(
     files = config_files(spec, target)
     objects: list[dict[str, Any]] = [*_router_rbac(target)]
     objects.append(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(target, target.config_map), "data": files}
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": object_meta(target, target.config_map),
+            "data": files,
+        }
     )
     objects += [_service(spec, target, c) for c in COMPONENTS]
     objects += [_deployment(spec, target, c, files) for c in COMPONENTS]

@@ -1,8 +1,9 @@
 """The Kubernetes API at the operator's edge: the few calls the reconcile loop makes.
 
 `Cluster` is the boundary the reconcile loop is written against; `KubeCluster` implements it with the
-official client's `DynamicClient` (server-side apply with our field manager, list by label, delete,
-status patches). Every API failure surfaces as `ClusterError`, so callers handle one exception type.
+official client's `DynamicClient` (server-side apply with our field manager, create-if-absent, list by
+label, delete, status patches). Every API failure surfaces as `ClusterError`, so callers handle one
+exception type.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ class KindNotInstalled(ClusterError):
 class Cluster(Protocol):
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply `obj` (force: the operator owns every field it sets)."""
+        ...
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        """Create `obj` if nothing of its name exists: True when created, False when one existed (left
+        as it is). Needs only the `create` verb: the operator never reads what it creates this way."""
         ...
 
     def delete(self, ref: ObjectRef) -> None: ...
@@ -93,6 +99,22 @@ class KubeCluster:
             force_conflicts=True,
         )
         return dict(out.to_dict())
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        res = self._resource(obj["apiVersion"], obj["kind"])
+        try:
+            self._call(
+                self._dyn.create,
+                res,
+                body=obj,
+                namespace=obj["metadata"]["namespace"],
+                field_manager=self._field_manager,
+            )
+        except ClusterError as exc:
+            if exc.status == 409:  # AlreadyExists: the apiserver keeps the existing object untouched
+                return False
+            raise
+        return True
 
     def delete(self, ref: ObjectRef) -> None:
         res = self._resource(ref.api_version, ref.kind)

@@ -6,6 +6,11 @@ Triggers:
 - events of the children (labelled `app.kubernetes.io/managed-by=agentserve-operator`): a child
   deleted or edited by hand is put back at once, and the owner's status follows Deployment changes.
 
+The frontends' signing key: unless the spec names a Secret, every sync creates `NAME-signing-key`
+with `secrets.token_bytes(32)` when no Secret of that name exists (a create the apiserver refuses for
+an existing name, so a key is never overwritten; the operator can create Secrets, never read them). A
+Secret deleted by hand comes back at the next sync with a new key.
+
 Children carry an owner reference to the CR, so Kubernetes garbage-collects them when it is deleted:
 no delete handler and no finalizer. Errors never escape a handler: an invalid spec or a failing API
 call becomes the `Ready` condition (reasons `InvalidSpec`, `ReconcileError`) and the timer retries.
@@ -14,15 +19,17 @@ call becomes the `Ready` condition (reasons `InvalidSpec`, `ReconcileError`) and
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from agentserve.keyfile import NEW_KEY_BYTES
 from agentserve.operator.build import (
     CHILD_KINDS,
     L_INSTANCE,
@@ -35,7 +42,16 @@ from agentserve.operator.build import (
 from agentserve.operator.cluster import Cluster, ClusterError, KindNotInstalled, KubeCluster
 from agentserve.operator.manifests import ManifestError, parse_spec
 from agentserve.operator.metrics import OperatorMetrics
-from agentserve.operator.reconcile import Failure, ObjectRef, Plan, compute_status, plan, ref
+from agentserve.operator.reconcile import (
+    SIGNING_FINGERPRINT_ANNOTATION,
+    Failure,
+    ObjectRef,
+    Plan,
+    compute_status,
+    plan,
+    ref,
+    signing_secret_to_create,
+)
 from agentserve.operator.spec import GROUP, KIND, PLURAL, ROOT_RULES, VERSION, AgentServingDeploymentSpec
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -49,6 +65,8 @@ class SyncResult:
     status: dict[str, Any]
     plan: Plan = field(default_factory=Plan)
     failure: Failure | None = None
+    # Secrets this sync created, with their key's fingerprint (what the frontends will log).
+    created: list[tuple[ObjectRef, str]] = field(default_factory=list)
 
     @property
     def ready(self) -> bool:
@@ -72,7 +90,16 @@ def observed_children(cluster: Cluster, namespace: str, name: str) -> list[dict[
     return objects
 
 
-def sync(cluster: Cluster, body: Mapping[str, Any], now: datetime | None = None) -> SyncResult:
+def new_signing_key() -> bytes:
+    return secrets.token_bytes(NEW_KEY_BYTES)
+
+
+def sync(
+    cluster: Cluster,
+    body: Mapping[str, Any],
+    now: datetime | None = None,
+    new_key: Callable[[], bytes] = new_signing_key,
+) -> SyncResult:
     """One reconcile of the CR `body`: apply what is missing or drifted, prune, compute status."""
     meta = body.get("metadata") or {}
     target = Target(str(meta["name"]), str(meta.get("namespace") or "default"), meta.get("uid"))
@@ -80,6 +107,7 @@ def sync(cluster: Cluster, body: Mapping[str, Any], now: datetime | None = None)
     failure: Failure | None = None
     spec: AgentServingDeploymentSpec | None = None
     actions = Plan()
+    created: list[tuple[ObjectRef, str]] = []
     try:
         for rule in ROOT_RULES:
             if not rule.check(target.name):
@@ -91,6 +119,12 @@ def sync(cluster: Cluster, body: Mapping[str, Any], now: datetime | None = None)
     if spec is not None:
         try:
             desired = build(spec, target.name, target.namespace, target.uid)
+            # Before the Deployments: new frontend pods wait for the Secret they mount.
+            secret = signing_secret_to_create(spec, target, new_key)
+            if secret is not None and _create(cluster, secret, "the frontends' signing key"):
+                created.append(
+                    (ref(secret), secret["metadata"]["annotations"][SIGNING_FINGERPRINT_ANNOTATION])
+                )
             observed = observed_children(cluster, target.namespace, target.name)
             actions = plan(desired, observed)
             # Only prune what this CR controls: a labelled object someone else made is left alone.
@@ -120,7 +154,14 @@ def sync(cluster: Cluster, body: Mapping[str, Any], now: datetime | None = None)
         failure=failure,
         now=now or datetime.now(UTC),
     )
-    return SyncResult(status, actions, failure)
+    return SyncResult(status, actions, failure, created)
+
+
+def _create(cluster: Cluster, obj: dict[str, Any], what: str) -> bool:
+    try:
+        return cluster.create(obj)
+    except ClusterError as exc:
+        raise ClusterError(f"cannot create {ref(obj)} ({what}): {exc}", exc.status) from exc
 
 
 def _find(objects: list[dict[str, Any]], key: ObjectRef) -> dict[str, Any]:
@@ -186,6 +227,8 @@ def run_sync(state: State, body: Mapping[str, Any], trigger: str, logger: Logger
                 failure=failure,
             )
         state.last_sync[(namespace, name)] = time.monotonic()
+    for secret, key_fingerprint in result.created:
+        logger.info("created %s with a new signing key (fingerprint %s)", secret, key_fingerprint)
     for obj in result.plan.apply:
         logger.info("applied %s/%s", obj["kind"], obj["metadata"]["name"])
     for child in result.plan.delete:
@@ -196,7 +239,7 @@ def run_sync(state: State, body: Mapping[str, Any], trigger: str, logger: Logger
         trigger=trigger,
         result=result.failure.reason if result.failure else "ok",
         seconds=time.monotonic() - started,
-        applied=[o["kind"] for o in result.plan.apply],
+        applied=[o["kind"] for o in result.plan.apply] + [r.kind for r, _ in result.created],
         deleted=[r.kind for r in result.plan.delete],
         namespace=namespace,
         name=name,

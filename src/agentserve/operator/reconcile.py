@@ -2,28 +2,34 @@
 
 `plan` decides which desired objects to (re-)apply — missing ones, and ones whose fields we own were
 changed by hand (drift) — and which observed children to delete (no longer desired, e.g. a disabled
-ServiceMonitor). `compute_status` turns the children's status into the CR's status: counts,
+ServiceMonitor). `signing_secret_to_create` is the one object made differently: the frontends'
+signing-key Secret is created where none exists and never applied, so its key outlives every
+reconcile, spec change and restart. `compute_status` turns the children's status into the CR's status: counts,
 `observedGeneration`, and conditions `Ready`, `FrontendReady`, `RouterReady`, `WorkersReady` whose
 reasons and messages come from the Deployments and their pods. No I/O: `handlers` does that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import base64
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from agentserve.keyfile import encode_key, fingerprint
 from agentserve.operator.build import (
     COMPONENTS,
     L_COMPONENT,
     L_INSTANCE,
     Component,
     Target,
+    object_meta,
     resolved_family,
+    signing_key_source,
     worker_selector,
 )
-from agentserve.operator.spec import AgentServingDeploymentSpec
+from agentserve.operator.spec import GROUP, AgentServingDeploymentSpec
 
 CONDITION_OF: dict[Component, str] = {
     "frontend": "FrontendReady",
@@ -106,6 +112,40 @@ def plan(desired: Iterable[dict[str, Any]], observed: Iterable[Mapping[str, Any]
             result.apply.append(obj)
     result.delete = sorted(r for r in by_ref if r not in wanted)
     return result
+
+
+# ----------------------------------------------------------------------------------- signing key
+
+SIGNING_FINGERPRINT_ANNOTATION = f"{GROUP}/signing-key-fingerprint"
+
+
+def signing_secret_to_create(
+    spec: AgentServingDeploymentSpec, target: Target, new_key: Callable[[], bytes]
+) -> dict[str, Any] | None:
+    """The Secret with the frontends' signing key, when the operator manages it; None when the spec
+    names its own (auth.signingKeySecret).
+
+    The caller creates it only if no Secret of its name exists (a create, which the apiserver refuses
+    for an existing name; never an apply), so the first key made is the one every replica and restart
+    reads. `new_key` supplies the key (random bytes in the operator), keeping this function pure; it is
+    called only when a Secret is wanted. Immutable: nobody edits a key in place, rotation replaces the
+    Secret (docs/kubernetes.md). The annotation carries the key's fingerprint (what frontends log and
+    `/ready` shows), never the key.
+    """
+    if spec.auth.signing_key_secret is not None:
+        return None
+    name, data_key = signing_key_source(spec, target)
+    key = new_key()
+    meta = object_meta(target, name, "frontend")
+    meta["annotations"] = {SIGNING_FINGERPRINT_ANNOTATION: fingerprint(key)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "immutable": True,
+        "data": {data_key: base64.b64encode(encode_key(key).encode("ascii")).decode("ascii")},
+    }
 
 
 # ------------------------------------------------------------------------------------------ status

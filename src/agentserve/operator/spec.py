@@ -410,10 +410,30 @@ class SecretKeyRef(_Spec):
     key: str = Field("api-keys", min_length=1, max_length=253, description="key: one API key per line")
 
 
+# A Secret data key, which also names the mounted file: no leading dot (kubelet's own entries do).
+SECRET_DATA_KEY = r"^[-_A-Za-z0-9][-._A-Za-z0-9]*$"
+MANAGED_SIGNING_KEY = "signing-key"
+
+
+class SigningKeySecretRef(_Spec):
+    name: ObjectName = Field(description="Secret name")
+    key: str = Field(
+        MANAGED_SIGNING_KEY,
+        max_length=253,
+        pattern=SECRET_DATA_KEY,
+        description="key holding the signing key: hex, base64 or raw bytes, at least 16 bytes decoded",
+    )
+
+
 class AuthSpec(_Spec):
-    """Client authentication at the frontend (none when unset)."""
+    """Client authentication at the frontend (none when unset) and the frontend's signing key."""
 
     api_keys_secret: SecretKeyRef | None = Field(None, description="Secret with the accepted API keys")
+    signing_key_secret: SigningKeySecretRef | None = Field(
+        None,
+        description="Secret with the key every frontend replica signs thinking and seals reasoning with "
+        "(default: NAME-signing-key, created once by the operator with a random key and never changed)",
+    )
 
 
 class ServiceMonitorSpec(_Spec):
@@ -470,7 +490,9 @@ class AgentServingDeploymentSpec(_Spec):
     node_pool: NodePool = Field(
         NodePool.model_validate({}), description="where worker pods run (B200 by default)"
     )
-    auth: AuthSpec = Field(AuthSpec.model_validate({}), description="client authentication")
+    auth: AuthSpec = Field(
+        AuthSpec.model_validate({}), description="client authentication and the frontend's signing key"
+    )
     observability: ObservabilitySpec = Field(
         ObservabilitySpec.model_validate({}), description="metrics and traces"
     )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
+import re
 import tomllib
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from agentserve.api.errors import (
     OverloadedError,
 )
 from agentserve.api.options import GenerationOptions
+from agentserve.api.signing import Signer
 from agentserve.config import ConfigError, FrontendConfig, UpConfig
 from agentserve.conversation import Conversation, Message, Text, ToolResult
 from agentserve.families import get_family
@@ -24,6 +28,7 @@ from agentserve.frontend.http import ApiKeys, error_kind_for, error_response, pa
 from agentserve.frontend.models import served_models
 from agentserve.frontend.plan import generation_hints, output_budget, sampling_params
 from agentserve.frontend.up import load_signer
+from agentserve.keyfile import fingerprint
 from agentserve.router.discovery import kv_endpoint_for
 
 
@@ -147,20 +152,52 @@ def test_kv_endpoint_of_a_worker_bound_to_every_address() -> None:
         kv_endpoint("http://w:8200", "ipc:///tmp/kv")
 
 
-def test_signing_key_from_file_environment_or_random(tmp_path: Path) -> None:
+def _signer_of(settings: dict[str, object], environ: dict[str, str] | None = None) -> Signer:
+    return load_signer(FrontendConfig.model_validate(settings), environ or {})
+
+
+def test_signing_key_from_file_environment_or_random(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = bytes(range(32))
     path = tmp_path / "key"
-    path.write_bytes(b"0123456789abcdef0123456789abcdef\n")
-    from_file = load_signer(FrontendConfig.model_validate({"signing_key_file": str(path)}), {})
-    from_env = load_signer(
-        FrontendConfig.model_validate({}), {"AGENTSERVE_SIGNING_KEY": "0123456789abcdef0123456789abcdef"}
-    )
+    path.write_text(key.hex() + "\n")  # what the operator's Secret holds
+    caplog.set_level(logging.INFO, "agentserve.up")
+    from_file = _signer_of({"signing_key_file": str(path)})
+    assert from_file.fingerprint == fingerprint(key)
+    from_env = _signer_of({}, {"AGENTSERVE_SIGNING_KEY": base64.b64encode(key).decode()})
     assert from_file.sign_thinking("x") == from_env.sign_thinking("x")  # replicas share a key
-    assert load_signer(FrontendConfig.model_validate({}), {}).sign_thinking("x") != from_file.sign_thinking(
-        "x"
-    )
-    path.write_bytes(b"short")
-    with pytest.raises(ConfigError):
-        load_signer(FrontendConfig.model_validate({"signing_key_file": str(path)}), {})
+    assert from_file.sign_thinking("x") == Signer(key).sign_thinking("x")
+    raw = tmp_path / "raw"
+    raw.write_bytes(bytes(range(200, 240)))
+    assert _signer_of({"signing_key_file": str(raw)}).fingerprint == fingerprint(bytes(range(200, 240)))
+    random = _signer_of({})
+    assert random.sign_thinking("x") != from_file.sign_thinking("x")
+    # Only fingerprints reach the log, never the key in any form.
+    logged = caplog.text
+    assert f"fingerprint {fingerprint(key)}" in logged and f"fingerprint {random.fingerprint}" in logged
+    for form in (key.hex(), base64.b64encode(key).decode(), repr(key)):
+        assert form not in logged
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"short\n", "too short: 5 bytes"), (b"00112233445566778899\n", "too short: 10 bytes (read as hex)")],
+)
+def test_a_short_signing_key_is_a_config_error(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "key"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _signer_of({"signing_key_file": str(path)})
+    with pytest.raises(ConfigError, match=re.escape(f"AGENTSERVE_SIGNING_KEY: signing key {message}")):
+        _signer_of({}, {"AGENTSERVE_SIGNING_KEY": content.decode()})
+
+
+def test_an_unreadable_signing_key_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read signing_key_file"):
+        _signer_of({"signing_key_file": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match="cannot read signing_key_file"):
+        _signer_of({"signing_key_file": str(tmp_path)})  # a directory (a Secret mounted one level off)
 
 
 def test_up_defaults() -> None:

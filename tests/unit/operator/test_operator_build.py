@@ -136,6 +136,10 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"auth": {"apiKeysSecret": {"name": "agent-keys"}}},
         {("frontend", "api_keys_file"): "/etc/agentserve/auth/api-keys"},
     ),
+    "auth.signingKeySecret": (
+        {"auth": {"signingKeySecret": {"name": "shared-signing", "key": "hmac"}}},
+        {("frontend", "signing_key_file"): "/etc/agentserve/signing/hmac"},
+    ),
     "observability.traceSink": (
         {"observability": {"traceSink": {"enabled": True}}},
         {("frontend", "trace_sink"): "/var/lib/agentserve/traces/trace.jsonl"},
@@ -664,6 +668,71 @@ def test_frontend_secret_trace_and_template_volumes() -> None:
     assert mounts["traces"]["subPathExpr"] == "$(POD_NAME)"
     data = yaml.safe_load(get(objs, "ConfigMap", "coder-config")["data"]["frontend.yaml"])
     assert data["chat_template"] == "/etc/agentserve/chat-template/template.jinja"
+
+
+def _signing_volume(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    volumes = [v for v in pod(objs, "frontend")["volumes"] if v["name"] == "signing-key"]
+    assert len(volumes) == 1
+    return volumes[0]
+
+
+def test_frontends_mount_the_operators_signing_key_secret_by_default(tmp_path: Path) -> None:
+    objs = objects({"frontend": {"replicas": 4}})
+    assert _signing_volume(objs) == {
+        "name": "signing-key",
+        "secret": {
+            "secretName": "coder-signing-key",
+            "items": [{"key": "signing-key", "path": "signing-key"}],
+            "defaultMode": 0o440,
+        },
+    }
+    assert {"name": "signing-key", "mountPath": "/etc/agentserve/signing", "readOnly": True} in container(
+        objs, "frontend"
+    )["volumeMounts"]
+    assert (
+        component_config(objs, "frontend", tmp_path).signing_key_file == "/etc/agentserve/signing/signing-key"
+    )
+    # The Secret is only referenced: build() never makes one (the operator creates it, with random bytes).
+    assert not [o for o in objs if o["kind"] == "Secret"]
+    for component in ("router", "worker"):
+        assert "signing-key" not in {v["name"] for v in pod(objs, component)["volumes"]}
+        assert "signing_key_file" not in get(objs, "ConfigMap", "coder-config")["data"][f"{component}.yaml"]
+
+
+def test_a_signing_key_secret_in_the_spec_replaces_the_operators(tmp_path: Path) -> None:
+    objs = objects({"auth": {"signingKeySecret": {"name": "team-signing", "key": "v2"}}})
+    assert _signing_volume(objs)["secret"] == {
+        "secretName": "team-signing",
+        "items": [{"key": "v2", "path": "v2"}],
+        "defaultMode": 0o440,
+    }
+    assert component_config(objs, "frontend", tmp_path).signing_key_file == "/etc/agentserve/signing/v2"
+    assert "coder-signing-key" not in yaml.safe_dump(objs)  # the managed Secret is not referenced
+    default_key = objects({"auth": {"signingKeySecret": {"name": "team-signing"}}})
+    assert _signing_volume(default_key)["secret"]["items"] == [{"key": "signing-key", "path": "signing-key"}]
+
+
+def test_switching_the_signing_key_rolls_the_frontend_only() -> None:
+    base = objects()
+    switched = objects({"auth": {"signingKeySecret": {"name": "team-signing", "key": "v2"}}})
+    assert _hashes(switched)["frontend"] != _hashes(base)["frontend"]  # frontend.yaml names another file
+    assert {c: _hashes(switched)[c] for c in ("router", "worker")} == {
+        c: _hashes(base)[c] for c in ("router", "worker")
+    }
+    renamed = objects({"auth": {"signingKeySecret": {"name": "team-signing"}}})
+    # Same file name, another Secret: the pod template changes, so the Deployment rolls on its own.
+    assert (
+        get(renamed, "Deployment", "coder-frontend")["spec"]["template"]
+        != get(base, "Deployment", "coder-frontend")["spec"]["template"]
+    )
+
+
+@pytest.mark.parametrize("key", ["..data", ".hidden", "a/b", ""])
+def test_signing_key_names_that_cannot_be_a_file_are_refused(key: str) -> None:
+    with pytest.raises(ValueError, match="signingKeySecret"):
+        AgentServingDeploymentSpec.model_validate(
+            merge(BASE, {"auth": {"signingKeySecret": {"name": "s", "key": key}}})
+        )
 
 
 def test_rollout_strategies() -> None:

@@ -2,7 +2,8 @@
 
 No kube-apiserver can run here, so this fake serves only what the operator's calls touch: discovery
 (`/version`, `/apis`, `/api/v1`, `/apis/GROUP/VERSION`), list by label selector, get, server-side apply
-(PATCH `application/apply-patch+yaml`), delete and merge patches of `/status`. It checks the requests the
+(PATCH `application/apply-patch+yaml`), create (POST; 409 AlreadyExists for a taken name), delete and
+merge patches of `/status`. It checks the requests the
 client sends (content types, field manager, force) — the contract a real apiserver enforces — and keeps
 objects in memory. Semantics beyond that (admission, defaulting, garbage collection) are not modelled.
 """
@@ -30,6 +31,7 @@ RESOURCES: dict[str, list[tuple[str, str]]] = {  # group/version → (plural, ki
         ("services", "Service"),
         ("serviceaccounts", "ServiceAccount"),
         ("pods", "Pod"),
+        ("secrets", "Secret"),
     ],
     "apps/v1": [("deployments", "Deployment")],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget")],
@@ -44,6 +46,7 @@ class FakeAPI:
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # (gv, plural, ns, name)
         self.requests: list[tuple[str, str, str, dict[str, list[str]]]] = []  # method, path, ctype, query
         self.fail_patch_status = 0
+        self.forbid_create = False  # RBAC without the create verb
 
     def kind(self, gv: str, plural: str) -> str:
         return dict(RESOURCES[gv])[plural]
@@ -57,7 +60,7 @@ class FakeAPI:
                     "singularName": "",
                     "namespaced": True,
                     "kind": kind,
-                    "verbs": ["get", "list", "patch"],
+                    "verbs": ["get", "list", "patch", "create"],
                 }
             )
             if kind == "AgentServingDeployment":
@@ -177,6 +180,25 @@ def make_handler(api: FakeAPI) -> type[BaseHTTPRequestHandler]:
             api.objects[key] = _merge(api.objects.get(key, {}), body)
             return self._send(200, api.objects[key])
 
+        def do_POST(self) -> None:
+            query = self._record()
+            route = self._route()
+            assert route is not None
+            gv, plural, ns, name, _ = route
+            assert name is None  # a create names the collection
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if api.forbid_create:
+                return self._send(403, _status(403, "Forbidden"))
+            if not self.headers.get("Content-Type", "").startswith("application/json"):
+                return self._send(415, _status(415, "UnsupportedMediaType"))
+            if body.get("kind") != api.kind(gv, plural) or "fieldManager" not in query:
+                return self._send(400, _status(400, "BadRequest"))
+            key = (gv, plural, ns, body["metadata"]["name"])
+            if key in api.objects:
+                return self._send(409, _status(409, "AlreadyExists"))
+            api.objects[key] = body
+            return self._send(201, body)
+
         def do_DELETE(self) -> None:
             self._record()
             route = self._route()
@@ -229,10 +251,39 @@ def test_sync_applies_every_child_with_server_side_apply(
         assert query["fieldManager"] == [MANAGED_BY] and query["force"] == ["true"]
     kinds = sorted(k for (_, _, _, _), o in api.objects.items() for k in [o["kind"]])
     assert kinds.count("Deployment") == 3
-    # steady state: only reads
+    # the signing key: one create, before any apply
+    (post,) = [r for r in api.requests if r[0] == "POST"]
+    assert post[1] == "/api/v1/namespaces/ai/secrets" and post[3]["fieldManager"] == [MANAGED_BY]
+    assert api.requests.index(post) < api.requests.index(patches[0])
+    assert [o["kind"] for o in api.objects.values()].count("Secret") == 1
+    # steady state: reads, and the signing key's create refused because it exists
     api.requests.clear()
     again = sync(cluster, cr())
-    assert again.plan.empty and [r for r in api.requests if r[0] != "GET"] == []
+    assert again.plan.empty and again.created == [] and again.failure is None
+    assert [(r[0], r[1]) for r in api.requests if r[0] != "GET"] == [
+        ("POST", "/api/v1/namespaces/ai/secrets")
+    ]
+
+
+def test_create_makes_an_object_once_and_never_touches_an_existing_one(
+    api_and_cluster: tuple[FakeAPI, KubeCluster],
+) -> None:
+    api, cluster = api_and_cluster
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "coder-signing-key", "namespace": "ai"},
+        "data": {"signing-key": "MDAxMQ=="},
+    }
+    assert cluster.create(secret) is True
+    other = {**secret, "data": {"signing-key": "OTk5OQ=="}}
+    assert cluster.create(other) is False
+    assert api.objects[("v1", "secrets", "ai", "coder-signing-key")]["data"] == {"signing-key": "MDAxMQ=="}
+    api.forbid_create = True
+    with pytest.raises(ClusterError) as raised:  # other failures still surface
+        cluster.create({**secret, "metadata": {"name": "another", "namespace": "ai"}})
+    assert raised.value.status == 403
+    assert ("v1", "secrets", "ai", "another") not in api.objects
 
 
 def test_listed_items_get_their_kind_back_and_missing_kinds_are_reported(

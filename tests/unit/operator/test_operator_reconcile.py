@@ -1,20 +1,25 @@
 """Reconcile logic with the Kubernetes client at its boundary.
 
-No kube-apiserver can run here, so `FakeCluster` implements exactly the five `Cluster` methods the
+No kube-apiserver can run here, so `FakeCluster` implements exactly the six `Cluster` methods the
 operator calls, with the apiserver behaviour they rely on: server-side apply merges our fields into the
-stored object and keeps what others (the apiserver, controllers) wrote; list filters by label
-selector; delete removes. The real client (`KubeCluster`) needs a cluster: see docs/kubernetes.md.
+stored object and keeps what others (the apiserver, controllers) wrote; create refuses a name that
+exists and leaves that object alone; list filters by label selector; delete removes. The real
+client (`KubeCluster`) is tested over HTTP in test_operator_kubeclient.py.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import itertools
 import logging
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentserve.keyfile import decode_key, fingerprint
 from agentserve.operator.build import CHILD_KINDS
 from agentserve.operator.cluster import ClusterError, KindNotInstalled
 from agentserve.operator.handlers import State, on_child_event, owner_of, run_sync, sync
@@ -36,11 +41,15 @@ def _merge(stored: Any, applied: Any) -> Any:
 class FakeCluster:
     def __init__(self, *, kinds: set[tuple[str, str]] | None = None) -> None:
         self.objects: dict[ObjectRef, dict[str, Any]] = {}
-        self.kinds = kinds if kinds is not None else {*CHILD_KINDS, ("v1", "Pod")}
+        self.kinds = kinds if kinds is not None else {*CHILD_KINDS, ("v1", "Pod"), ("v1", "Secret")}
         self.applied: list[ObjectRef] = []
+        self.writes: list[ObjectRef] = []  # applies and creates, in order
+        self.created: list[ObjectRef] = []
+        self.refused: list[ObjectRef] = []  # creates answered 409 AlreadyExists
         self.deleted: list[ObjectRef] = []
         self.status_patches: list[dict[str, Any]] = []
         self.fail_apply: str | None = None
+        self.fail_create: ClusterError | None = None
         self.owners: dict[tuple[str, str], dict[str, Any]] = {}
 
     def _check(self, api_version: str, kind: str) -> None:
@@ -54,7 +63,21 @@ class FakeCluster:
         key = ref(obj)
         self.objects[key] = _merge(self.objects.get(key, {}), obj)
         self.applied.append(key)
+        self.writes.append(key)
         return self.objects[key]
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        self._check(obj["apiVersion"], obj["kind"])
+        if self.fail_create is not None:
+            raise self.fail_create
+        key = ref(obj)
+        if key in self.objects:
+            self.refused.append(key)
+            return False
+        self.objects[key] = copy.deepcopy(obj)
+        self.created.append(key)
+        self.writes.append(key)
+        return True
 
     def delete(self, key: ObjectRef) -> None:
         self._check(key.api_version, key.kind)
@@ -326,7 +349,9 @@ def test_api_errors_are_a_condition_not_an_exception() -> None:
 
 
 def test_service_monitor_without_its_crd() -> None:
-    cluster = FakeCluster(kinds={k for k in CHILD_KINDS if k[1] != "ServiceMonitor"} | {("v1", "Pod")})
+    cluster = FakeCluster(
+        kinds={k for k in CHILD_KINDS if k[1] != "ServiceMonitor"} | {("v1", "Pod"), ("v1", "Secret")}
+    )
     spec = cr()["spec"]
     spec["observability"] = {"serviceMonitor": {"enabled": True}}
     result = sync(cluster, cr(spec), NOW)
@@ -399,6 +424,174 @@ def test_last_transition_time_moves_only_when_the_status_flips() -> None:
     cluster.deployments_ready()
     flipped = sync(cluster, cr(status=later), NOW + timedelta(minutes=10)).status
     assert conditions(flipped)["Ready"]["lastTransitionTime"] == "2026-01-02T03:14:05Z"
+
+
+# ------------------------------------------------------------------------------- signing key
+
+SIGNING_SECRET = ObjectRef("v1", "Secret", "ai", "coder-signing-key")
+
+
+def keys(*seeds: int) -> Any:
+    """A `new_key` that hands out distinct, known keys (the operator's are random)."""
+    supply = iter([bytes([seed]) * 32 for seed in seeds])
+    return lambda: next(supply)
+
+
+def stored_key(cluster: FakeCluster, key: ObjectRef = SIGNING_SECRET) -> bytes:
+    """The key a frontend would read from the Secret's file."""
+    (data,) = cluster.objects[key]["data"].values()
+    return decode_key(base64.b64decode(data))[0]
+
+
+def with_spec(**changes: Any) -> dict[str, Any]:
+    spec = cr()["spec"]
+    spec.update(changes)
+    return spec
+
+
+def test_first_sync_creates_the_signing_key_secret_before_the_frontend() -> None:
+    cluster = FakeCluster()
+    result = sync(cluster, cr(), NOW, new_key=keys(7))
+    assert cluster.created == [SIGNING_SECRET]
+    frontend_ref = ObjectRef("apps/v1", "Deployment", "ai", "coder-frontend")
+    assert cluster.writes.index(SIGNING_SECRET) < cluster.writes.index(frontend_ref)
+    secret = cluster.objects[SIGNING_SECRET]
+    assert stored_key(cluster) == bytes([7]) * 32
+    assert secret["data"] == {"signing-key": base64.b64encode((bytes([7]) * 32).hex().encode()).decode()}
+    assert secret["immutable"] is True and secret["type"] == "Opaque"
+    owner = secret["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("AgentServingDeployment", "uid-1", True)
+    assert secret["metadata"]["labels"]["app.kubernetes.io/instance"] == "coder"
+    fp = fingerprint(bytes([7]) * 32)
+    assert secret["metadata"]["annotations"] == {"agentserve.dev/signing-key-fingerprint": fp}
+    assert result.created == [(SIGNING_SECRET, fp)]
+    # The frontend mounts exactly that Secret and key.
+    frontend = cluster.objects[frontend_ref]
+    volumes = {v["name"]: v for v in frontend["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["signing-key"]["secret"]["secretName"] == "coder-signing-key"
+    assert volumes["signing-key"]["secret"]["items"] == [{"key": "signing-key", "path": "signing-key"}]
+
+
+def test_the_signing_key_survives_every_later_sync_and_spec_change() -> None:
+    cluster = FakeCluster()
+    supply = keys(1, 2, 3, 4, 5, 6)
+    sync(cluster, cr(), NOW, new_key=supply)
+    first = stored_key(cluster)
+    cluster.deployments_ready()
+    again = sync(cluster, cr(), NOW, new_key=supply)
+    assert again.created == [] and cluster.created == [SIGNING_SECRET]
+    edited = with_spec(frontend={"replicas": 4}, agent={"apis": ["anthropic", "responses"]})
+    sync(cluster, cr(edited, generation=2), NOW, new_key=supply)
+    assert stored_key(cluster) == first and cluster.created == [SIGNING_SECRET]
+    assert SIGNING_SECRET not in cluster.applied  # never applied, so never overwritten
+    # Pointing at a Secret of one's own leaves ours alone (not pruned: it is no child kind), and coming
+    # back finds the same key.
+    own = with_spec(auth={"signingKeySecret": {"name": "team-key"}})
+    sync(cluster, cr(own, generation=3), NOW, new_key=supply)
+    assert SIGNING_SECRET in cluster.objects and SIGNING_SECRET not in cluster.deleted
+    sync(cluster, cr(generation=4), NOW, new_key=supply)
+    assert stored_key(cluster) == first and cluster.created == [SIGNING_SECRET]
+
+
+def test_an_existing_secret_of_that_name_is_never_overwritten() -> None:
+    cluster = FakeCluster()
+    mine = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "coder-signing-key", "namespace": "ai"},
+        "data": {"signing-key": base64.b64encode(b"made by hand, before the operator!").decode()},
+    }
+    cluster.objects[SIGNING_SECRET] = copy.deepcopy(mine)
+    result = sync(cluster, cr(), NOW, new_key=keys(9))
+    assert cluster.objects[SIGNING_SECRET] == mine
+    assert cluster.created == [] and cluster.refused == [SIGNING_SECRET] and result.created == []
+    assert result.failure is None
+
+
+def test_a_signing_key_secret_in_the_spec_means_the_operator_creates_none() -> None:
+    cluster = FakeCluster()
+    called: list[int] = []
+
+    def new_key() -> bytes:
+        called.append(1)
+        return bytes(32)
+
+    spec = with_spec(auth={"signingKeySecret": {"name": "team-key", "key": "hmac"}})
+    result = sync(cluster, cr(spec), NOW, new_key=new_key)
+    assert result.failure is None and result.created == []
+    assert cluster.created == [] and cluster.refused == [] and called == []  # no key made at all
+    assert not [k for k in cluster.objects if k.kind == "Secret"]
+    frontend = cluster.objects[ObjectRef("apps/v1", "Deployment", "ai", "coder-frontend")]
+    volumes = {v["name"]: v for v in frontend["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["signing-key"]["secret"]["secretName"] == "team-key"
+
+
+def test_a_signing_key_secret_deleted_by_hand_comes_back_with_a_new_key() -> None:
+    # Documented (docs/kubernetes.md, rotation): the operator cannot read the old key, so the new
+    # Secret holds a new one; running frontends keep theirs until they are rolled.
+    cluster = FakeCluster()
+    supply = keys(1, 2)
+    sync(cluster, cr(), NOW, new_key=supply)
+    del cluster.objects[SIGNING_SECRET]
+    result = sync(cluster, cr(), NOW, new_key=supply)
+    assert cluster.created == [SIGNING_SECRET, SIGNING_SECRET]
+    assert stored_key(cluster) == bytes([2]) * 32
+    assert result.created == [(SIGNING_SECRET, fingerprint(bytes([2]) * 32))]
+
+
+def test_a_refused_signing_key_create_is_a_condition_naming_the_secret() -> None:
+    cluster = FakeCluster()
+    cluster.fail_create = ClusterError('403 Forbidden: secrets is forbidden: cannot create "secrets"', 403)
+    result = sync(cluster, cr(), NOW, new_key=keys(1))
+    ready = conditions(result.status)["Ready"]
+    assert ready["reason"] == "ReconcileError"
+    assert "Secret/coder-signing-key (the frontends' signing key): 403 Forbidden" in ready["message"]
+    assert not [k for k in cluster.applied if k.kind == "Deployment"]  # no pod waits on a missing Secret
+    cluster.fail_create = None
+    assert sync(cluster, cr(), NOW, new_key=keys(2)).failure is None
+
+
+def test_no_key_reaches_status_or_logs(caplog: pytest.LogCaptureFixture) -> None:
+    cluster = FakeCluster()
+    state = State(cluster)
+    caplog.set_level(logging.INFO)
+    first = run_sync(state, cr(), "spec", LOG)  # the operator's own random key
+    key = stored_key(cluster)
+    logged = caplog.text
+    assert (
+        f"created Secret/coder-signing-key with a new signing key (fingerprint {fingerprint(key)})" in logged
+    )
+    assert 'agentserve_operator_applied_total{kind="Secret"} 1' in state.metrics.render()
+    status = repr([first.status, run_sync(state, cr(), "timer", LOG).status])
+    for form in (key.hex(), base64.b64encode(key).decode(), base64.b64encode(key.hex().encode()).decode()):
+        assert form not in caplog.text and form not in status
+
+
+def test_a_frontend_reads_the_key_the_operator_wrote(tmp_path: Path) -> None:
+    from agentserve.config import FrontendConfig
+    from agentserve.frontend.up import load_signer
+
+    cluster = FakeCluster()
+    sync(cluster, cr(), NOW, new_key=keys(42))
+    secret = cluster.objects[SIGNING_SECRET]
+    path = tmp_path / "signing-key"  # what kubelet writes for the volume's item
+    path.write_bytes(base64.b64decode(secret["data"]["signing-key"]))
+    signer = load_signer(FrontendConfig.model_validate({"signing_key_file": str(path)}), {})
+    assert signer.fingerprint == secret["metadata"]["annotations"]["agentserve.dev/signing-key-fingerprint"]
+    assert signer.fingerprint == fingerprint(bytes([42]) * 32)
+
+
+def test_the_operator_makes_a_fresh_random_key_per_deployment() -> None:
+    cluster = FakeCluster()
+    for name, uid in (("coder", "uid-1"), ("chat", "uid-2")):
+        body = cr()
+        body["metadata"].update(name=name, uid=uid)
+        run_sync(State(cluster), body, "spec", LOG)
+    secrets = [k for k in cluster.objects if k.kind == "Secret"]
+    assert sorted(k.name for k in secrets) == ["chat-signing-key", "coder-signing-key"]
+    made = [stored_key(cluster, k) for k in secrets]
+    assert all(len(k) == 32 for k in made) and made[0] != made[1]
+    assert len(set(itertools.chain.from_iterable(made))) > 16  # random bytes, not a constant
 
 
 # ------------------------------------------------------------------------------- handler glue

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agentserve.api.catalog import ModelFacts
@@ -35,6 +35,7 @@ from agentserve.config import ApiName, FrontendConfig
 from agentserve.conversation import Finish, FinishReason, OutputEvent, ToolCallEnd, Usage
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.generate import Generation
+from agentserve.frontend.http import ChunkWriter
 from agentserve.frontend.models import served_models
 from agentserve.frontend.plan import generation_hints, output_budget, route_request, sampling_params
 from agentserve.frontend.surfaces import Context, StreamWriter, Surface, stream_response_id
@@ -250,52 +251,75 @@ class Frontend:
 
     # -- the two ways out --------------------------------------------------------------------------
 
-    async def stream(self, p: Prepared, gen: Generation, writer: StreamWriter) -> AsyncIterator[bytes]:
-        """The SSE frames of one request, one chunk per engine step."""
+    async def stream(self, p: Prepared, gen: Generation, writer: StreamWriter, write: ChunkWriter) -> bytes:
+        """Write one request's SSE frames through `write` and return the last chunk, which the
+        caller sends with the end of the body.
+
+        Frames are coalesced per stream without waiting for anything: an engine step's frames go
+        out in one write (a step already carries everything the engine produced since the last
+        one), the last step's frames go out with the turn's tail and the end of the body, and a
+        dispatch point (ToolCallEnd) ends a chunk so the call leaves before anything after it is
+        encoded.
+        """
         reason: FinishReason = "abort"  # until the stream ends on its own (a disconnect leaves it)
         events: list[OutputEvent] = []
+        out: list[bytes] = []  # frames not written yet
+        trace = p.trace
         feed = writer.feed
-        on_event = p.trace.on_event
         first = True
-        batches = gen.batches()
         try:
-            yield writer.opening()
+            await write(writer.opening())
             try:
-                async for batch in batches:
-                    if first:  # the first engine step: prefill is done, the prompt's usage is known
-                        first = False
-                        p.trace.first_token()
-                        head = writer.started(Usage(gen.prompt_tokens, 0, gen.cached_tokens))
+                try:
+                    async for step in gen.steps():
+                        batch = gen.feed(step)
+                        if first:  # the first engine step: prefill is done, the prompt's usage is known
+                            first = False
+                            trace.first_token()
+                            out.append(writer.started(Usage(gen.prompt_tokens, 0, gen.cached_tokens)))
+                        if batch:
+                            trace.on_events(batch, output_tokens=gen.output_tokens)
+                            events += batch
+                            for event in batch:
+                                out.append(feed(event))
+                                if type(event) is ToolCallEnd:
+                                    await write(b"".join(out))
+                                    out.clear()
+                        if gen.ended:
+                            break  # no step follows: this one's frames go out with the tail
+                        if out:
+                            await write(b"".join(out))
+                            out.clear()
+                finally:
+                    await gen.release()
+                tail = gen.close()
+                trace.on_events(tail, output_tokens=gen.output_tokens)
+                events += tail
+                for event in tail:
+                    if type(event) is Finish:
+                        out.append(writer.finish(event, gen.stop_sequence))
+                        reason = event.reason
                     else:
-                        head = b""
-                    events += batch
-                    out = [head]
-                    for event in batch:
-                        on_event(event, output_tokens=gen.output_tokens)
-                        if type(event) is Finish:
-                            out.append(writer.finish(event, gen.stop_sequence))
-                            reason = event.reason
-                        else:
-                            out.append(feed(event))
-                    yield b"".join(out)
+                        out.append(feed(event))
             except WorkerLostError as exc:
                 log.warning("%s: %s", p.request_id, exc)
                 reason = "error"
-                yield writer.error(OverloadedError(WORKER_LOST))
+                out.append(writer.error(OverloadedError(WORKER_LOST)))
             except Exception:
                 log.exception("%s: the stream failed", p.request_id)
                 reason = "error"
-                yield writer.error(InternalError(f"internal error (request {p.request_id})"))
+                out.append(writer.error(InternalError(f"internal error (request {p.request_id})")))
             self._after(p, gen, events, stream_response_id(writer) or p.request_id)
         finally:
-            await batches.aclose()
+            await gen.release()
             self._finished(p, gen, reason, events)
+        return b"".join(out)
 
     async def complete(self, p: Prepared, gen: Generation) -> dict[str, object]:
         """The non-streaming body. Raises ApiError (the response gets the API's error status)."""
         events: list[OutputEvent] = []
         reason: FinishReason = "abort"
-        on_event = p.trace.on_event
+        trace = p.trace
         first = True
         batches = gen.batches()
         try:
@@ -303,9 +327,8 @@ class Frontend:
                 async for batch in batches:
                     if first:
                         first = False
-                        p.trace.first_token()
-                    for event in batch:
-                        on_event(event, output_tokens=gen.output_tokens)
+                        trace.first_token()
+                    trace.on_events(batch, output_tokens=gen.output_tokens)
                     events += batch
             except WorkerLostError as exc:
                 log.warning("%s: %s", p.request_id, exc)

@@ -155,7 +155,7 @@ class ApiKeys:
 # wrappers, which only watch for the response start (measured ~1.4 µs per frame at 256 streams).
 RAW_SEND = "agentserve.raw_send"
 
-ChunkWriter = Callable[[bytes], Awaitable[None]]  # one body chunk onto the wire (empty: nothing)
+ChunkWriter = Callable[[bytes], Awaitable[None]]  # one non-empty body chunk onto the wire
 
 
 class EventStreamResponse(Response):
@@ -194,11 +194,12 @@ class EventStreamResponse(Response):
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         raw: Send = scope.get(RAW_SEND, send)
 
-        async def write(chunk: bytes) -> None:
+        def write(chunk: bytes) -> Awaitable[None]:
+            # Not a coroutine of its own: the server's `send` is the one awaited (one frame less
+            # per chunk). `produce` writes no empty chunk.
             nonlocal sent
-            if chunk:
-                await raw({"type": "http.response.body", "body": chunk, "more_body": True})
-                sent += 1
+            sent += 1
+            return raw({"type": "http.response.body", "body": chunk, "more_body": True})
 
         body = asyncio.ensure_future(self._produce(write))
 

@@ -268,7 +268,9 @@ class Frontend:
         feed = writer.feed
         first = True
         try:
-            await write(writer.opening())
+            opening = writer.opening()
+            if opening:
+                await write(opening)
             try:
                 try:
                     async for step in gen.steps():
@@ -276,15 +278,19 @@ class Frontend:
                         if first:  # the first engine step: prefill is done, the prompt's usage is known
                             first = False
                             trace.first_token()
-                            out.append(writer.started(Usage(gen.prompt_tokens, 0, gen.cached_tokens)))
+                            head = writer.started(Usage(gen.prompt_tokens, 0, gen.cached_tokens))
+                            if head:
+                                out.append(head)
                         if batch:
                             trace.on_events(batch, output_tokens=gen.output_tokens)
                             events += batch
                             for event in batch:
-                                out.append(feed(event))
-                                if type(event) is ToolCallEnd:
-                                    await write(b"".join(out))
-                                    out.clear()
+                                frame = feed(event)
+                                if frame:
+                                    out.append(frame)
+                                    if type(event) is ToolCallEnd:  # a dispatch point ends a chunk
+                                        await write(b"".join(out))
+                                        out.clear()
                         if gen.ended:
                             break  # no step follows: this one's frames go out with the tail
                         if out:

@@ -32,12 +32,13 @@ from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName, FrontendConfig
-from agentserve.conversation import Finish, FinishReason, OutputEvent, ToolCallEnd, Usage
+from agentserve.conversation import FinishReason, OutputEvent, ToolCallEnd, Usage
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.generate import Generation
 from agentserve.frontend.http import ChunkWriter
 from agentserve.frontend.models import served_models
 from agentserve.frontend.plan import generation_hints, output_budget, route_request, sampling_params
+from agentserve.frontend.relay import Relay
 from agentserve.frontend.surfaces import Context, StreamWriter, Surface, stream_response_id
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
@@ -252,74 +253,28 @@ class Frontend:
     # -- the two ways out --------------------------------------------------------------------------
 
     async def stream(self, p: Prepared, gen: Generation, writer: StreamWriter, write: ChunkWriter) -> bytes:
-        """Write one request's SSE frames through `write` and return the last chunk, which the
-        caller sends with the end of the body.
-
-        Frames are coalesced per stream without waiting for anything: an engine step's frames go
-        out in one write (a step already carries everything the engine produced since the last
-        one), the last step's frames go out with the turn's tail and the end of the body, and a
-        dispatch point (ToolCallEnd) ends a chunk so the call leaves before anything after it is
-        encoded.
-        """
+        """Write one request's SSE frames through `write` (`relay.Relay`) and return the last
+        chunk, which the caller sends with the end of the body."""
         reason: FinishReason = "abort"  # until the stream ends on its own (a disconnect leaves it)
-        events: list[OutputEvent] = []
-        out: list[bytes] = []  # frames not written yet
-        trace = p.trace
-        feed = writer.feed
-        first = True
+        relay = Relay(gen, writer, p.trace, write)
         try:
-            opening = writer.opening()
-            if opening:
-                await write(opening)
             try:
-                try:
-                    async for step in gen.steps():
-                        batch = gen.feed(step)
-                        if first:  # the first engine step: prefill is done, the prompt's usage is known
-                            first = False
-                            trace.first_token()
-                            head = writer.started(Usage(gen.prompt_tokens, 0, gen.cached_tokens))
-                            if head:
-                                out.append(head)
-                        if batch:
-                            trace.on_events(batch, output_tokens=gen.output_tokens)
-                            events += batch
-                            for event in batch:
-                                frame = feed(event)
-                                if frame:
-                                    out.append(frame)
-                                    if type(event) is ToolCallEnd:  # a dispatch point ends a chunk
-                                        await write(b"".join(out))
-                                        out.clear()
-                        if gen.ended:
-                            break  # no step follows: this one's frames go out with the tail
-                        if out:
-                            await write(b"".join(out))
-                            out.clear()
-                finally:
-                    await gen.release()
-                tail = gen.close()
-                trace.on_events(tail, output_tokens=gen.output_tokens)
-                events += tail
-                for event in tail:
-                    if type(event) is Finish:
-                        out.append(writer.finish(event, gen.stop_sequence))
-                        reason = event.reason
-                    else:
-                        out.append(feed(event))
+                await relay.run()
+                if gen.finish is not None:
+                    reason = gen.finish.reason
             except WorkerLostError as exc:
                 log.warning("%s: %s", p.request_id, exc)
                 reason = "error"
-                out.append(writer.error(OverloadedError(WORKER_LOST)))
+                relay.pending.append(writer.error(OverloadedError(WORKER_LOST)))
             except Exception:
                 log.exception("%s: the stream failed", p.request_id)
                 reason = "error"
-                out.append(writer.error(InternalError(f"internal error (request {p.request_id})")))
-            self._after(p, gen, events, stream_response_id(writer) or p.request_id)
+                relay.pending.append(writer.error(InternalError(f"internal error (request {p.request_id})")))
+            self._after(p, gen, relay.events, stream_response_id(writer) or p.request_id)
         finally:
             await gen.release()
-            self._finished(p, gen, reason, events)
-        return b"".join(out)
+            self._finished(p, gen, reason, relay.events)
+        return b"".join(relay.pending)
 
     async def complete(self, p: Prepared, gen: Generation) -> dict[str, object]:
         """The non-streaming body. Raises ApiError (the response gets the API's error status)."""

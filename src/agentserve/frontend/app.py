@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from agentserve import __version__
 from agentserve.api.catalog import anthropic_model, anthropic_models, codex_catalog, find_model, openai_model
@@ -38,7 +39,9 @@ from agentserve.config import ApiName, FrontendConfig
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.betas import BetaLog
 from agentserve.frontend.http import (
+    RAW_SEND,
     ApiKeys,
+    ChunkWriter,
     DeferredResponse,
     EventStreamResponse,
     error_kind_for,
@@ -122,7 +125,7 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
         if decoded.options.stream:
             writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
             return EventStreamResponse(
-                frontend.stream(prepared, gen, writer),
+                lambda write: frontend.stream(prepared, gen, writer, write),
                 headers=out_headers,
                 ping=writer.ping,
                 ping_interval=config.ping_interval_s,
@@ -147,15 +150,24 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
 
 
 def _one_shot_stream(frames: bytes, request_id: str) -> Response:
-    async def chunks() -> AsyncIterator[bytes]:
-        yield frames
+    async def produce(write: ChunkWriter) -> bytes:
+        return frames  # sent with the end of the body
 
     async def nothing() -> None:
         return None
 
     return EventStreamResponse(
-        chunks(), headers=id_headers(request_id), ping=lambda: b"", ping_interval=0, on_disconnect=nothing
+        produce, headers=id_headers(request_id), ping=lambda: b"", ping_interval=0, on_disconnect=nothing
     )
+
+
+class _FrontendApp(FastAPI):
+    """The FastAPI app, plus the server's own `send` in the scope (`http.RAW_SEND`) for the event
+    streams' body frames."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -185,7 +197,7 @@ def create_app(
             await backend.stop()
             frontend.telemetry.close()
 
-    app = FastAPI(
+    app = _FrontendApp(
         title="agentserve",
         version=__version__,
         description="Anthropic Messages, OpenAI Chat Completions and Responses over self-hosted models.",

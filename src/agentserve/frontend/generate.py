@@ -41,13 +41,21 @@ class StepSource(Protocol):
 
 
 class Generation:
+    """One request's steps → events. The caller iterates `steps()` in one task, `feed`s each step,
+    stops after the step that `ended` the turn, then calls `release()` and `close()` (the tail).
+    `batches()` does exactly that, one batch per step."""
+
     __slots__ = (
         "_discard",
+        "_engine_output",
         "_in_reasoning",
         "_keep_ids",
         "_parser",
+        "_reason",
+        "_steps",
         "_stops",
         "cached_tokens",
+        "ended",
         "finish",
         "generated",
         "output_tokens",
@@ -70,17 +78,21 @@ class Generation:
         keep_token_ids: bool = False,
     ) -> None:
         self.stream = stream
+        self._steps = stream.__aiter__()
         self._parser = parser
         self._stops = StopMatcher(stops) if stops else None
         self._discard = discard_output  # max_tokens 0: prefill (warm the cache), answer nothing
         self._keep_ids = keep_token_ids
         self._in_reasoning = starts_in_reasoning
+        self._reason: FinishReason = "abort"  # a stream that ends without a finish step was cut off
+        self._engine_output: int | None = None
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = 0
         self.output_tokens = 0
         self.reasoning_tokens = 0
         self.generated: list[int] = []  # output token ids, for the session's drift detector
         self.started = False  # the first engine step arrived (prefill is done)
+        self.ended = False  # the last step was fed (finish reason or stop string): read no further
         self.stop_sequence: str | None = None
         self.finish: Finish | None = None
 
@@ -88,65 +100,81 @@ class Generation:
         """Stop generating (client gone): aborts the engine request. Safe from another task."""
         await self.stream.aclose()
 
-    async def batches(self) -> AsyncGenerator[list[OutputEvent], None]:
-        """The events of each engine step (possibly none: the parser may hold text back); the last
-        batch ends with `Finish`. Raises `WorkerLostError` when the worker fails mid-stream."""
-        parser = self._parser
+    def steps(self) -> AsyncIterator[Step]:
+        """The engine steps, to iterate in one task (the one that calls `release`)."""
+        return self._steps
+
+    async def release(self) -> None:
+        """Finalise the step iterator now rather than at GC, and close the engine stream (which
+        aborts the request if it still runs). Idempotent; call from the task that iterated."""
+        close = getattr(self._steps, "aclose", None)  # an async generator (a `DispatchedStream`'s)
+        if close is not None:
+            await close()
+        await self.stream.aclose()
+
+    def feed(self, step: Step) -> list[OutputEvent]:
+        """The events of one engine step (possibly none: the parser may hold text back); sets
+        `ended` at the turn's last step."""
+        if not self.started:
+            self.started = True
+            self.cached_tokens = step.cached_tokens or 0
+        ids = step.token_ids
+        if self._keep_ids:
+            self.generated.extend(ids)
+        self.output_tokens += len(ids)
+        if step.finish_reason is not None:
+            self.ended = True
+            self._reason = step.finish_reason
+            if step.usage is not None:
+                self._engine_output = step.usage.output_tokens
+        if self._discard:
+            return []
+        text = step.text
         stops = self._stops
-        reason: FinishReason = "abort"  # a stream that ends without a finish step was cut off
-        engine_output: int | None = None
-        steps = self.stream.__aiter__()
-        try:
-            async for step in steps:
-                if not self.started:
-                    self.started = True
-                    self.cached_tokens = step.cached_tokens or 0
-                ids = step.token_ids
-                if self._keep_ids:
-                    self.generated.extend(ids)
-                self.output_tokens += len(ids)
-                if step.finish_reason is not None:
-                    reason = step.finish_reason
-                    if step.usage is not None:
-                        engine_output = step.usage.output_tokens
-                if self._discard:
-                    continue
-                text = step.text
-                if stops is not None:
-                    text, hit = stops.feed(text)
-                    if hit is not None:
-                        self.stop_sequence = hit
-                        reason = "stop"
-                        events = parser.feed(text) if text else []
-                        self._count(len(ids), events)
-                        yield events
-                        break
-                events = parser.feed(text) if text else []
-                self._count(len(ids), events)
-                yield events
-        finally:
-            close = getattr(steps, "aclose", None)  # an async generator: finalise it now, not at GC
-            if close is not None:
-                await close()
-            await self.stream.aclose()
-        if engine_output is not None and self.stop_sequence is None:
-            self.output_tokens = engine_output
+        if stops is not None:
+            text, hit = stops.feed(text)
+            if hit is not None:
+                self.ended = True
+                self.stop_sequence = hit
+                self._reason = "stop"
+        events = self._parser.feed(text) if text else []
+        self._count(len(ids), events)
+        return events
+
+    def close(self) -> list[OutputEvent]:
+        """The end of the turn, after the last step: what the stop matcher held, the parser's
+        `close()`, and `Finish` with the usage the APIs report."""
+        if self._engine_output is not None and self.stop_sequence is None:
+            self.output_tokens = self._engine_output
         tail: list[OutputEvent] = []
+        stops = self._stops
         if not self._discard:
             if stops is not None and self.stop_sequence is None:
                 held = stops.flush()
                 if held:
-                    tail += parser.feed(held)
-            tail += parser.close()
+                    tail += self._parser.feed(held)
+            tail += self._parser.close()
         usage = Usage(
             input_tokens=self.prompt_tokens,
             output_tokens=0 if self._discard else self.output_tokens,
             cached_tokens=min(self.cached_tokens, self.prompt_tokens),
             reasoning_tokens=min(self.reasoning_tokens, self.output_tokens),
         )
-        self.finish = Finish("length" if self._discard else reason, usage)
+        self.finish = Finish("length" if self._discard else self._reason, usage)
         tail.append(self.finish)
-        yield tail
+        return tail
+
+    async def batches(self) -> AsyncGenerator[list[OutputEvent], None]:
+        """The events of each engine step; the last batch ends with `Finish`. Raises
+        `WorkerLostError` when the worker fails mid-stream."""
+        try:
+            async for step in self._steps:
+                yield self.feed(step)
+                if self.ended:
+                    break
+        finally:
+            await self.release()
+        yield self.close()
 
     def _count(self, tokens: int, events: list[Any]) -> None:
         if not events:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agentserve.api.catalog import ModelFacts
@@ -32,11 +32,13 @@ from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName, FrontendConfig
-from agentserve.conversation import Finish, FinishReason, OutputEvent, ToolCallEnd, Usage
+from agentserve.conversation import FinishReason, OutputEvent, ToolCallEnd, Usage
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.generate import Generation
+from agentserve.frontend.http import ChunkWriter
 from agentserve.frontend.models import served_models
 from agentserve.frontend.plan import generation_hints, output_budget, route_request, sampling_params
+from agentserve.frontend.relay import Relay
 from agentserve.frontend.surfaces import Context, StreamWriter, Surface, stream_response_id
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
@@ -250,52 +252,35 @@ class Frontend:
 
     # -- the two ways out --------------------------------------------------------------------------
 
-    async def stream(self, p: Prepared, gen: Generation, writer: StreamWriter) -> AsyncIterator[bytes]:
-        """The SSE frames of one request, one chunk per engine step."""
+    async def stream(self, p: Prepared, gen: Generation, writer: StreamWriter, write: ChunkWriter) -> bytes:
+        """Write one request's SSE frames through `write` (`relay.Relay`) and return the last
+        chunk, which the caller sends with the end of the body."""
         reason: FinishReason = "abort"  # until the stream ends on its own (a disconnect leaves it)
-        events: list[OutputEvent] = []
-        feed = writer.feed
-        on_event = p.trace.on_event
-        first = True
-        batches = gen.batches()
+        relay = Relay(gen, writer, p.trace, write)
         try:
-            yield writer.opening()
             try:
-                async for batch in batches:
-                    if first:  # the first engine step: prefill is done, the prompt's usage is known
-                        first = False
-                        p.trace.first_token()
-                        head = writer.started(Usage(gen.prompt_tokens, 0, gen.cached_tokens))
-                    else:
-                        head = b""
-                    events += batch
-                    out = [head]
-                    for event in batch:
-                        on_event(event, output_tokens=gen.output_tokens)
-                        if type(event) is Finish:
-                            out.append(writer.finish(event, gen.stop_sequence))
-                            reason = event.reason
-                        else:
-                            out.append(feed(event))
-                    yield b"".join(out)
+                await relay.run()
+                if gen.finish is not None:
+                    reason = gen.finish.reason
             except WorkerLostError as exc:
                 log.warning("%s: %s", p.request_id, exc)
                 reason = "error"
-                yield writer.error(OverloadedError(WORKER_LOST))
+                relay.pending.append(writer.error(OverloadedError(WORKER_LOST)))
             except Exception:
                 log.exception("%s: the stream failed", p.request_id)
                 reason = "error"
-                yield writer.error(InternalError(f"internal error (request {p.request_id})"))
-            self._after(p, gen, events, stream_response_id(writer) or p.request_id)
+                relay.pending.append(writer.error(InternalError(f"internal error (request {p.request_id})")))
+            self._after(p, gen, relay.events, stream_response_id(writer) or p.request_id)
         finally:
-            await batches.aclose()
-            self._finished(p, gen, reason, events)
+            await gen.release()
+            self._finished(p, gen, reason, relay.events)
+        return b"".join(relay.pending)
 
     async def complete(self, p: Prepared, gen: Generation) -> dict[str, object]:
         """The non-streaming body. Raises ApiError (the response gets the API's error status)."""
         events: list[OutputEvent] = []
         reason: FinishReason = "abort"
-        on_event = p.trace.on_event
+        trace = p.trace
         first = True
         batches = gen.batches()
         try:
@@ -303,9 +288,8 @@ class Frontend:
                 async for batch in batches:
                     if first:
                         first = False
-                        p.trace.first_token()
-                    for event in batch:
-                        on_event(event, output_tokens=gen.output_tokens)
+                        trace.first_token()
+                    trace.on_events(batch, output_tokens=gen.output_tokens)
                     events += batch
             except WorkerLostError as exc:
                 log.warning("%s: %s", p.request_id, exc)

@@ -11,7 +11,7 @@ response store for Responses).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -80,11 +80,12 @@ class Surface(Protocol):
 
 
 class _AnthropicWriter:
-    __slots__ = ("_enc", "_started")
+    __slots__ = ("_enc", "_started", "feed")
 
     def __init__(self, encoder: anthropic.AnthropicStreamEncoder) -> None:
         self._enc = encoder
         self._started = False
+        self.feed: Callable[[OutputEvent], bytes] = encoder.feed  # per event: no call in between
 
     def opening(self) -> bytes:
         return b""
@@ -92,9 +93,6 @@ class _AnthropicWriter:
     def started(self, usage: Usage) -> bytes:
         self._started = True
         return self._enc.start(usage)
-
-    def feed(self, event: OutputEvent) -> bytes:
-        return self._enc.feed(event)
 
     def finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
         return self._enc.finish(finish, stop_sequence)
@@ -145,19 +143,17 @@ class AnthropicSurface:
 
 
 class _ChatWriter:
-    __slots__ = ("_enc",)
+    __slots__ = ("_enc", "feed")
 
     def __init__(self, encoder: chat.ChatStreamEncoder) -> None:
         self._enc = encoder
+        self.feed: Callable[[OutputEvent], bytes] = encoder.feed
 
     def opening(self) -> bytes:
         return self._enc.start()
 
     def started(self, usage: Usage) -> bytes:
         return b""
-
-    def feed(self, event: OutputEvent) -> bytes:
-        return self._enc.feed(event)
 
     def finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
         return self._enc.finish(finish)
@@ -198,10 +194,11 @@ class ChatSurface:
 
 
 class _ResponsesWriter:
-    __slots__ = ("_enc",)
+    __slots__ = ("_enc", "feed")
 
     def __init__(self, encoder: responses.ResponsesStreamEncoder) -> None:
         self._enc = encoder
+        self.feed: Callable[[OutputEvent], bytes] = encoder.feed
 
     @property
     def response_id(self) -> str:
@@ -212,9 +209,6 @@ class _ResponsesWriter:
 
     def started(self, usage: Usage) -> bytes:
         return b""
-
-    def feed(self, event: OutputEvent) -> bytes:
-        return self._enc.feed(event)
 
     def finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
         return self._enc.finish(finish)

@@ -29,6 +29,11 @@ class MarkerSet:
         """The first complete marker in `buf[start:]`."""
         return self._regex.search(buf, start)
 
+    def quiet(self, buf: str, start: int = 0) -> bool:
+        """No marker can even begin in `buf[start:]`: none is complete and nothing must be held
+        (one regex search; most chunks of model output are like this)."""
+        return self._first.search(buf, start) is None
+
     def hold_from(self, buf: str, start: int = 0) -> int:
         """The smallest index >= start whose suffix is a proper prefix of some marker, else len(buf)."""
         n = len(buf)

@@ -191,6 +191,9 @@ class StreamParser:
                     if self._block is not None:
                         continue
                 markers = self._content_markers
+            if markers.quiet(buf, i):
+                self._write(buf[i:], out)
+                return
             m = markers.search(buf, i)
             if m is None:
                 hold = markers.hold_from(buf, i)

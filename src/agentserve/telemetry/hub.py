@@ -87,6 +87,13 @@ class RequestTelemetry:
             self._hub.dispatches.add(dispatched)
         return dispatched
 
+    def on_events(
+        self, events: Sequence[OutputEvent], t: float | None = None, *, output_tokens: int | None = None
+    ) -> None:
+        """One engine step's events (see `TraceBuilder.on_events`)."""
+        for dispatched in self.builder.on_events(events, t, output_tokens=output_tokens):
+            self._hub.dispatches.add(dispatched)
+
     def finished(self, usage: Usage, reason: FinishReason, t: float | None = None) -> TraceRecord:
         return self._complete(self.builder.finished(usage, reason, t))
 

@@ -29,7 +29,9 @@ from agentserve.conversation import (
     Finish,
     FinishReason,
     OutputEvent,
+    ReasoningDelta,
     ReasoningEnd,
+    TextDelta,
     ToolCallArgsDelta,
     ToolCallEnd,
     ToolCallError,
@@ -423,6 +425,10 @@ class DispatchedCall:
     dispatch_unix_ms: float
 
 
+# Events that only move the output clock: the per-token bulk of a stream.
+_CONTENT: frozenset[type[OutputEvent]] = frozenset({TextDelta, ReasoningDelta, ToolCallArgsDelta})
+
+
 @dataclass(slots=True)
 class _Call:
     index: int
@@ -603,6 +609,30 @@ class TraceBuilder:
             call = self._calls.setdefault(event.index, _Call(event.index, "", ""))
             call.status = event.reason
         return None
+
+    def on_events(
+        self, events: Sequence[OutputEvent], t: float | None = None, *, output_tokens: int | None = None
+    ) -> Sequence[DispatchedCall]:
+        """`on_event` for the events of one engine step, all at one time: one clock read per step,
+        and content deltas only move the output clock (this runs per token). Returns the calls
+        dispatched among them."""
+        now = self._now(t)
+        if output_tokens is not None:
+            self._tokens_seen = output_tokens
+        content = False
+        dispatched: list[DispatchedCall] | None = None
+        for event in events:
+            if type(event) in _CONTENT:
+                content = True
+                continue
+            call = self.on_event(event, now)
+            if call is not None:
+                dispatched = [call] if dispatched is None else [*dispatched, call]
+        if content:
+            if self._first_token_t is None:
+                self._first_token_t = now
+            self._last_output_t = now
+        return () if dispatched is None else dispatched
 
     def _start(self) -> float:
         assert self._t0 is not None  # set by `_now`, which every public method calls first

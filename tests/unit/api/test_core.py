@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from agentserve.api.ids import anthropic_tool_id, canonical_call_id, is_safe_id, new_id
 from agentserve.api.memory import CallMemory, same_arguments
 from agentserve.api.signing import Signer
-from agentserve.api.sse import dumps, event
+from agentserve.api.sse import dumps, event, quote
 from agentserve.api.turn import FailedCall, TurnAccumulator
 from agentserve.conversation import Finish, Message, Reasoning, Text, ToolCall, ToolCallStart
 from agentserve.parsing.events import summarize
@@ -77,6 +77,12 @@ def test_sse_frames_are_one_line_of_json(text: str) -> None:
     assert frame.count(b"\n") == 3  # event line, data line, blank line
     assert parse_sse(frame) == [("x", {"t": text})]
     assert "\u2028" not in dumps(text) and "\x85" not in dumps(text)
+
+
+@given(st.text(max_size=100) | st.sampled_from(["\u2028", "a\x85b", '\u2029\n"', "é\\"]))
+def test_quote_is_dumps_of_a_string(text: str) -> None:
+    assert quote(text) == dumps(text)
+    assert json.loads(quote(text)) == text
 
 
 def test_turn_accumulator_matches_the_event_invariants() -> None:

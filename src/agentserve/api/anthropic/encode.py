@@ -10,8 +10,8 @@ from agentserve.api._common import finish_error
 from agentserve.api.errors import ApiError, InternalError
 from agentserve.api.ids import anthropic_tool_id, new_id
 from agentserve.api.signing import Signer
-from agentserve.api.sse import dumps
 from agentserve.api.sse import event as sse_event
+from agentserve.api.sse import quote
 from agentserve.api.turn import FailedCall, TurnAccumulator
 from agentserve.conversation import (
     Finish,
@@ -154,7 +154,7 @@ class AnthropicStreamEncoder:
             + '","'
             + field
             + '":'
-            + dumps(text)
+            + quote(text)
             + "}}\n\n"
         ).encode()
 
@@ -205,7 +205,12 @@ class AnthropicStreamEncoder:
 
     def _feed(self, event: OutputEvent) -> bytes:
         out = b"" if self._started else self.start()
-        match event:
+        match event:  # the deltas first: they are nearly every event
+            case TextDelta(text):
+                if self._open != "text":
+                    out += self._close() + self._block_start({"type": "text", "text": ""})
+                    self._open = "text"
+                return out + self._text("text_delta", "text", text)
             case ReasoningDelta(text):
                 if self._open != "thinking":
                     out += self._close() + self._block_start(
@@ -218,11 +223,6 @@ class AnthropicStreamEncoder:
                 return out + self._text("thinking_delta", "thinking", text)
             case ReasoningEnd():
                 return out + (self._close() if self._open == "thinking" else b"")
-            case TextDelta(text):
-                if self._open != "text":
-                    out += self._close() + self._block_start({"type": "text", "text": ""})
-                    self._open = "text"
-                return out + self._text("text_delta", "text", text)
             case ToolCallStart(_, call_id, name):
                 out += self._close()
                 self._call = (call_id, name, [])

@@ -9,7 +9,7 @@ from typing import Any
 from agentserve.api._common import finish_error
 from agentserve.api.errors import ApiError, InternalError
 from agentserve.api.ids import new_id
-from agentserve.api.sse import DONE, PING_COMMENT, dumps
+from agentserve.api.sse import DONE, PING_COMMENT, dumps, quote
 from agentserve.api.sse import event as sse_event
 from agentserve.api.turn import FailedCall, TurnAccumulator
 from agentserve.conversation import (
@@ -140,22 +140,22 @@ class ChatStreamEncoder:
         if self._done:
             return b""
         out = b"" if self._started else self.start()
-        match event:
+        match event:  # the deltas first: they are nearly every event
+            case TextDelta(text):
+                self._in_reasoning = False
+                return out + self._raw_chunk('{"content":' + quote(text) + "}")
             case ReasoningDelta(text):
                 if not self._in_reasoning:
                     if self._reasoned:
                         text = REASONING_SEPARATOR + text
                     self._in_reasoning = self._reasoned = True
-                quoted = dumps(text)  # the per-token path: render by hand, encode the text once
+                quoted = quote(text)  # the per-token path: render by hand, encode the text once
                 return out + self._raw_chunk(
                     '{"reasoning_content":' + quoted + ',"reasoning":' + quoted + "}"
                 )
             case ReasoningEnd():
                 self._in_reasoning = False
                 return out
-            case TextDelta(text):
-                self._in_reasoning = False
-                return out + self._raw_chunk('{"content":' + dumps(text) + "}")
             case ToolCallStart(_, call_id, name):
                 self._in_reasoning = False
                 self._call = (call_id, name, [])

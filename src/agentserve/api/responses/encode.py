@@ -13,7 +13,7 @@ from agentserve.api.ids import is_safe_id, new_id
 from agentserve.api.request import ResponsesRequest, ResponsesTool
 from agentserve.api.responses.common import custom_input
 from agentserve.api.signing import Signer
-from agentserve.api.sse import PING_COMMENT, dumps
+from agentserve.api.sse import PING_COMMENT, quote
 from agentserve.api.sse import event as sse_event
 from agentserve.api.turn import FailedCall, TurnAccumulator
 from agentserve.conversation import (
@@ -187,7 +187,7 @@ class ResponsesStreamEncoder:
         frame = (
             f'event: {kind}\ndata: {{"type":"{kind}","sequence_number":{self._seq},'
             f'"item_id":"{self._open_id}","output_index":{self._index}{index_field},'
-            f'"delta":{dumps(text)}{tail}}}\n\n'
+            f'"delta":{quote(text)}{tail}}}\n\n'
         )
         self._seq += 1
         return frame.encode()
@@ -333,7 +333,14 @@ class ResponsesStreamEncoder:
 
     def _feed(self, event: OutputEvent) -> bytes:
         out = b"" if self._started else self.start()
-        match event:
+        match event:  # the deltas first: they are nearly every event
+            case TextDelta(text):
+                if self._open != "message":
+                    out += self._close() + self._open_message()
+                self._text.append(text)
+                return out + self._delta(
+                    "response.output_text.delta", ',"content_index":0', text, ',"logprobs":[]'
+                )
             case ReasoningDelta(text):
                 if self._open != "reasoning":
                     out += self._close() + self._open_reasoning()
@@ -344,13 +351,6 @@ class ResponsesStreamEncoder:
                 return out
             case ReasoningEnd():
                 return out + (self._close() if self._open == "reasoning" else b"")
-            case TextDelta(text):
-                if self._open != "message":
-                    out += self._close() + self._open_message()
-                self._text.append(text)
-                return out + self._delta(
-                    "response.output_text.delta", ',"content_index":0', text, ',"logprobs":[]'
-                )
             case ToolCallStart(_, call_id, name):
                 out += self._close()
                 self._call = (call_id, name, [])

@@ -54,6 +54,36 @@ class Hints:
     last_message: str | None = None  # text of the last message of any role (e.g. a tool result)
 
 
+# Retention priorities use TensorRT-LLM's scale (KvCacheRetentionConfig): 0 (evict first) .. 100
+# (evict last); blocks nobody asked to keep have the default priority 35.
+RETENTION_PRIORITY_MIN = 0
+RETENTION_PRIORITY_DEFAULT = 35
+RETENTION_PRIORITY_MAX = 100
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRangeRetention:
+    """Keep the KV blocks of prompt tokens [start, end) at `priority` for `duration_s` seconds
+    after the request finishes (None: until evicted by a higher priority); `end` None = to the
+    end of the prompt. Past the duration the blocks fall back to the default priority."""
+
+    start: int
+    end: int | None
+    priority: int
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long a request's KV blocks should outlive it, decided by the frontend's retention
+    policy (`agentserve.prompt`/frontend side) and mapped by each engine onto its own cache
+    (the sim's priority classes; TensorRT-LLM's `KvCacheRetentionConfig`)."""
+
+    ranges: tuple[TokenRangeRetention, ...] = ()
+    decode_priority: int | None = None  # blocks holding generated tokens
+    decode_duration_s: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class GenerateRequest:
     request_id: str
@@ -61,6 +91,7 @@ class GenerateRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     priority: int = 0  # higher is scheduled first (the sim honours it; FCFS within a priority)
     hints: Hints | None = None
+    retention: Retention | None = None  # None: the engine's default (plain LRU)
 
 
 # --------------------------------------------------------------------------------------------------

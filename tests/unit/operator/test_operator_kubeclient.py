@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -136,6 +137,8 @@ def make_handler(api: FakeAPI) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, {"kind": "APIVersions", "versions": ["v1"]})
             if path in ("/api/v1",) or (path.startswith("/apis/") and path.count("/") == 3):
                 gv = "v1" if path == "/api/v1" else path.removeprefix("/apis/")
+                if gv not in RESOURCES:
+                    return self._send(404, _status(404, "NotFound"))
                 return self._send(200, api.discovery(gv))
             route = self._route()
             if route is None:
@@ -221,7 +224,7 @@ def api_and_cluster(tmp_path: Path) -> Iterator[tuple[FakeAPI, KubeCluster]]:
     thread.start()
     config = client.Configuration()
     config.host = f"http://127.0.0.1:{server.server_address[1]}"
-    cluster = KubeCluster(client.ApiClient(config), discovery_cache=str(tmp_path / "discovery.json"))
+    cluster = KubeCluster(client.ApiClient(config))
     try:
         yield api, cluster
     finally:
@@ -323,3 +326,67 @@ def test_delete_owner_and_status(api_and_cluster: tuple[FakeAPI, KubeCluster]) -
     cluster.delete(ObjectRef("v1", "ConfigMap", "ai", "coder-config"))
     assert ("v1", "configmaps", "ai", "coder-config") not in api.objects
     cluster.delete(ObjectRef("v1", "ConfigMap", "ai", "coder-config"))  # already gone: fine
+
+
+def _discovery_gets(api: FakeAPI, gv: str) -> int:
+    return sum(1 for r in api.requests if r[0] == "GET" and r[1] == f"/apis/{gv}")
+
+
+def test_discovery_reads_each_group_version_once_even_under_concurrent_syncs(
+    api_and_cluster: tuple[FakeAPI, KubeCluster],
+) -> None:
+    api, cluster = api_and_cluster
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(3):
+                result = sync(cluster, cr())
+                assert result.failure is None, result.failure
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert _discovery_gets(api, "apps/v1") == 1
+    assert sum(1 for r in api.requests if r[1] == "/api/v1") == 1
+    # The optional ServiceMonitor kind (not installed) was asked once, not on each of the 24 syncs.
+    assert _discovery_gets(api, "monitoring.coreos.com/v1") == 1
+
+
+def test_a_missing_optional_kind_is_looked_up_again_after_the_retry_window(
+    api_and_cluster: tuple[FakeAPI, KubeCluster],
+) -> None:
+    from kubernetes import client
+
+    api, first = api_and_cluster
+    config = client.Configuration()
+    config.host = first._api.configuration.host
+    cluster = KubeCluster(client.ApiClient(config), missing_kind_retry_seconds=0.2)
+    with pytest.raises(KindNotInstalled):
+        cluster.list("monitoring.coreos.com/v1", "ServiceMonitor", "ai", "a=b")
+    with pytest.raises(KindNotInstalled):  # within the window: no new lookup
+        cluster.list("monitoring.coreos.com/v1", "ServiceMonitor", "ai", "a=b")
+    assert _discovery_gets(api, "monitoring.coreos.com/v1") == 1
+    RESOURCES["monitoring.coreos.com/v1"] = [("servicemonitors", "ServiceMonitor")]  # CRD installed
+    try:
+        time.sleep(0.25)
+        assert cluster.list("monitoring.coreos.com/v1", "ServiceMonitor", "ai", "a=b") == []
+        assert _discovery_gets(api, "monitoring.coreos.com/v1") == 2
+    finally:
+        del RESOURCES["monitoring.coreos.com/v1"]
+
+
+def test_an_unreachable_api_server_is_a_cluster_error() -> None:
+    from kubernetes import client
+
+    config = client.Configuration()
+    config.host = "http://127.0.0.1:9"  # discard port: connection refused
+    config.retries = False
+    cluster = KubeCluster(client.ApiClient(config))
+    with pytest.raises(ClusterError):
+        cluster.list("v1", "ConfigMap", "ai", "a=b")

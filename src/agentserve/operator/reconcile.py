@@ -58,7 +58,16 @@ def ref(obj: Mapping[str, Any]) -> ObjectRef:
 
 
 def _empty(value: Any) -> bool:
-    return value is None or (isinstance(value, dict | list | str) and len(value) == 0)
+    """A value the apiserver stores as "absent": Go's `omitempty` drops nil, empty strings, lists and
+    maps, and zero values — `false` and `0` (e.g. a Service's `publishNotReadyAddresses: false`
+    never comes back), so a desired zero value is satisfied by a missing field."""
+    if value is None or value is False:
+        return True
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value == 0
+    if isinstance(value, dict):
+        return all(_empty(v) for v in value.values())
+    return isinstance(value, list | str) and len(value) == 0
 
 
 def is_subset(desired: Any, observed: Any) -> bool:

@@ -179,6 +179,17 @@ def test_is_subset_ignores_server_defaults_and_number_spelling() -> None:
     assert not is_subset({"a": {"b": 1}}, {})
 
 
+def test_zero_values_the_apiserver_omits_are_not_drift() -> None:
+    # Go's omitempty: a Service's `publishNotReadyAddresses: false` (and other false/0/"" fields)
+    # never comes back from the apiserver; re-applying it every sync was a write per sync.
+    desired = {"spec": {"clusterIP": "None", "publishNotReadyAddresses": False, "x": {"n": 0, "s": ""}}}
+    observed = {"spec": {"clusterIP": "None", "sessionAffinity": "None"}}
+    assert is_subset(desired, observed)
+    assert not is_subset({"spec": {"publishNotReadyAddresses": True}}, observed)
+    assert not is_subset({"spec": {"x": {"n": 1}}}, observed)
+    assert not is_subset({"spec": {"clusterIP": False}}, observed)  # present and different
+
+
 def test_plan_applies_missing_and_drifted_and_deletes_unwanted() -> None:
     a = {
         "apiVersion": "v1",

@@ -2,7 +2,8 @@
 
 Triggers:
 - create / update (spec) / resume of an AgentServingDeployment: sync now (spec edits land in one pass);
-- a timer every `RESYNC_SECONDS`: the level-based safety net (drift, pod-level status, retries);
+- every `RESYNC_SECONDS`, the `Resync` loop (a thread of ours, not a kopf timer): the level-based
+  safety net (drift, pod-level status, retries);
 - events of the children (labelled `app.kubernetes.io/managed-by=agentserve-operator`): a child
   deleted or edited by hand is put back at once, and the owner's status follows Deployment changes.
 
@@ -12,8 +13,15 @@ an existing name, so a key is never overwritten; the operator can create Secrets
 Secret deleted by hand comes back at the next sync with a new key.
 
 Children carry an owner reference to the CR, so Kubernetes garbage-collects them when it is deleted:
-no delete handler and no finalizer. Errors never escape a handler: an invalid spec or a failing API
-call becomes the `Ready` condition (reasons `InvalidSpec`, `ReconcileError`) and the timer retries.
+no finalizer. That is also why the resync is not a kopf timer: kopf puts a finalizer on every resource
+a timer or daemon watches (deleting a CR, or its namespace, with the operator down then hangs in
+Terminating), and its timers stopped for good after an API-server outage of a minute or more. The
+`Resync` loop catches every error and simply tries again at the next tick, so it outlives any outage.
+
+Errors never escape a handler: an invalid spec or a failing API call becomes the `Ready` condition
+(reasons `InvalidSpec`, `ReconcileError`) and the resync retries. Outcomes a person wants in
+`kubectl describe` (children applied or deleted, the key created, failures, Ready changes) are
+posted as Events (`events.py`).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from agentserve.operator.build import (
     owned_selector,
 )
 from agentserve.operator.cluster import Cluster, ClusterError, KindNotInstalled, KubeCluster
+from agentserve.operator.events import event_object, outcome_notes
 from agentserve.operator.manifests import ManifestError, parse_spec
 from agentserve.operator.metrics import OperatorMetrics
 from agentserve.operator.reconcile import (
@@ -48,6 +57,7 @@ from agentserve.operator.reconcile import (
     ObjectRef,
     Plan,
     compute_status,
+    is_subset,
     plan,
     ref,
     signing_secret_to_create,
@@ -227,14 +237,16 @@ def run_sync(state: State, body: Mapping[str, Any], trigger: str, logger: Logger
                 failure=failure,
             )
         state.last_sync[(namespace, name)] = time.monotonic()
+    where = f"{namespace}/{name}"
     for secret, key_fingerprint in result.created:
-        logger.info("created %s with a new signing key (fingerprint %s)", secret, key_fingerprint)
+        logger.info("%s: created %s with a new signing key (fingerprint %s)", where, secret, key_fingerprint)
     for obj in result.plan.apply:
-        logger.info("applied %s/%s", obj["kind"], obj["metadata"]["name"])
+        logger.info("%s: applied %s/%s", where, obj["kind"], obj["metadata"]["name"])
     for child in result.plan.delete:
-        logger.info("deleted %s", child)
+        logger.info("%s: deleted %s", where, child)
     if result.failure is not None:
-        logger.warning("%s: %s", result.failure.reason, result.failure.message)
+        logger.warning("%s: %s: %s", where, result.failure.reason, result.failure.message)
+    post_events(state.cluster, Target(name, namespace, meta.get("uid")), body.get("status"), result, logger)
     state.metrics.record(
         trigger=trigger,
         result=result.failure.reason if result.failure else "ok",
@@ -246,6 +258,34 @@ def run_sync(state: State, body: Mapping[str, Any], trigger: str, logger: Logger
         ready=result.ready,
     )
     return result
+
+
+def post_events(
+    cluster: Cluster,
+    target: Target,
+    previous_status: Mapping[str, Any] | None,
+    result: SyncResult,
+    logger: Logger,
+) -> None:
+    """Events for this sync's outcomes; a failure to post one is logged, never raised."""
+    notes = outcome_notes(
+        applied=[f"{o['kind']}/{o['metadata']['name']}" for o in result.plan.apply],
+        deleted=[str(r) for r in result.plan.delete],
+        created=[str(r) for r, _ in result.created],
+        previous_status=previous_status,
+        status=result.status,
+    )
+    now = datetime.now(UTC)
+    for note in notes:
+        try:
+            cluster.post_event(event_object(target, note, now))
+        except ClusterError as exc:
+            logger.debug("%s/%s: cannot post event %s: %s", target.namespace, target.name, note.reason, exc)
+
+
+def status_changed(body: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether `status` says anything the CR's stored status does not (no write at rest)."""
+    return not is_subset(dict(status), body.get("status") or {})
 
 
 def on_child_event(
@@ -269,11 +309,78 @@ def on_child_event(
     if owner is None or (owner.get("metadata") or {}).get("deletionTimestamp"):
         return None
     result = run_sync(state, owner, f"child-{event_type.lower()}", logger)
-    try:
-        state.cluster.patch_status(namespace, owner_name, result.status)
-    except ClusterError as exc:
-        logger.warning("cannot write status of %s/%s: %s", namespace, owner_name, exc)
+    if status_changed(owner, result.status):
+        try:
+            state.cluster.patch_status(namespace, owner_name, result.status)
+        except ClusterError as exc:
+            logger.warning("cannot write status of %s/%s: %s", namespace, owner_name, exc)
     return result
+
+
+class Resync:
+    """The level-based safety net: every `interval` seconds, list the CRs and sync each one.
+
+    A thread of ours rather than a kopf timer (see the module docstring: no finalizer, survives
+    outages). Every error is caught and logged; the loop only ends with `stop()`. Status is written
+    only when it changed. With several operator replicas, each runs it: a sync writes only on drift,
+    with one field manager and the same desired state, so replicas never fight.
+    """
+
+    def __init__(
+        self, state: State, namespaces: list[str], logger: Logger, interval: float = RESYNC_SECONDS
+    ) -> None:
+        self.state = state
+        self.namespaces = namespaces
+        self.logger = logger
+        self.interval = interval
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> int:
+        """One pass over every CR; returns how many were synced."""
+        try:
+            owners = self.state.cluster.list_owners(self.namespaces)
+        except ClusterError as exc:
+            self.logger.warning("resync: cannot list AgentServingDeployments (%s); retrying", exc)
+            return 0
+        synced = 0
+        for owner in owners:
+            meta = owner.get("metadata") or {}
+            if meta.get("deletionTimestamp") or self._stop.is_set():
+                continue
+            result = run_sync(self.state, owner, "timer", self.logger)
+            synced += 1
+            if status_changed(owner, result.status):
+                try:
+                    self.state.cluster.patch_status(
+                        str(meta.get("namespace")), str(meta.get("name")), result.status
+                    )
+                except ClusterError as exc:
+                    self.logger.warning(
+                        "resync: cannot write status of %s/%s: %s",
+                        meta.get("namespace"),
+                        meta.get("name"),
+                        exc,
+                    )
+        return synced
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.run_once()
+            except Exception:  # a bug in one pass must not end the safety net
+                self.logger.exception("resync pass failed")
+            self.rounds += 1
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="agentserve-resync", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
 
 
 def _state(memo: Any) -> State:
@@ -296,6 +403,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Lo
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
     state = _state(memo)
+    namespaces = list(getattr(memo, "namespaces", None) or [])
+    interval = float(getattr(memo, "resync_seconds", RESYNC_SECONDS))
+    memo.resync = Resync(state, namespaces, logging.getLogger("agentserve.operator.resync"), interval)
+    memo.resync.start()
     port = int(getattr(memo, "metrics_port", METRICS_PORT))
     if port:
         memo.metrics_runner = await _serve_metrics(state.metrics, port)
@@ -318,6 +429,9 @@ async def _serve_metrics(metrics: OperatorMetrics, port: int) -> Any:
 
 @kopf.on.cleanup()
 async def stop_metrics(memo: kopf.Memo, **_: Any) -> None:
+    resync = getattr(memo, "resync", None)
+    if resync is not None:
+        resync.stop()
     runner = getattr(memo, "metrics_runner", None)
     if runner is not None:
         await runner.cleanup()
@@ -328,13 +442,8 @@ async def stop_metrics(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: Logger, **_: Any) -> None:
     result = run_sync(_state(memo), body, "spec", logger)
-    patch.status.update(result.status)
-
-
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-def resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: Logger, **_: Any) -> None:
-    result = run_sync(_state(memo), body, "timer", logger)
-    patch.status.update(result.status)
+    if status_changed(body, result.status):
+        patch.status.update(result.status)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
@@ -375,7 +484,7 @@ def run_operator(
 ) -> int:
     """`agentserve operator`: run kopf in this process (standalone: one replica, Recreate)."""
     kopf.configure(verbose=verbose)
-    memo = kopf.Memo(metrics_port=metrics_port)
+    memo = kopf.Memo(metrics_port=metrics_port, namespaces=namespaces)
     kopf.run(
         standalone=True,
         clusterwide=not namespaces,

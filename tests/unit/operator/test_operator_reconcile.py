@@ -13,6 +13,8 @@ import base64
 import copy
 import itertools
 import logging
+import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,8 @@ class FakeCluster:
         self.fail_apply: str | None = None
         self.fail_create: ClusterError | None = None
         self.owners: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.fail_list_owners = 0
 
     def _check(self, api_version: str, kind: str) -> None:
         if (api_version, kind) not in self.kinds:
@@ -101,7 +105,20 @@ class FakeCluster:
         self.status_patches.append(status)
         owner = self.owners.get((namespace, name))
         if owner is not None:
-            owner["status"] = status
+            owner["status"] = _merge(owner.get("status") or {}, status)
+
+    def list_owners(self, namespaces: Sequence[str]) -> list[dict[str, Any]]:
+        if self.fail_list_owners:
+            self.fail_list_owners -= 1
+            raise ClusterError("connection refused")
+        return [
+            copy.deepcopy(o)
+            for (ns, _), o in sorted(self.owners.items())
+            if not namespaces or ns in namespaces
+        ]
+
+    def post_event(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
 
     # what controllers would do
     def deployments_ready(self, *, ready: bool = True) -> None:
@@ -644,7 +661,7 @@ def test_run_sync_turns_an_operator_bug_into_a_condition() -> None:
     )
 
 
-def test_handlers_are_registered_with_kopf() -> None:
+def test_handlers_are_registered_with_kopf_without_a_timer_or_finalizer() -> None:
     import kopf
 
     from agentserve.operator import handlers
@@ -652,13 +669,15 @@ def test_handlers_are_registered_with_kopf() -> None:
     registry = kopf.get_default_registry()
     ids = {h.id for h in registry._changing.get_all_handlers()}
     assert {"reconcile"} <= ids
-    assert any(h.id == "resync" for h in registry._spawning.get_all_handlers())
+    # No kopf timer or daemon: kopf puts a finalizer on every CR they watch (issue 19, defect 1).
+    assert list(registry._spawning.get_all_handlers()) == []
+    assert not any(h.requires_finalizer for h in registry._changing.get_all_handlers())
     watched = {h.id for h in registry._watching.get_all_handlers()}
     assert {"child-deployments", "child-services", "child-configmaps"} <= watched
     assert handlers.RESYNC_SECONDS <= 60
 
 
-def test_kopf_handlers_write_status_into_the_patch() -> None:
+def test_kopf_handler_writes_status_into_the_patch_only_when_it_changed() -> None:
     import kopf
 
     from agentserve.operator import handlers
@@ -666,13 +685,72 @@ def test_kopf_handlers_write_status_into_the_patch() -> None:
     cluster = FakeCluster()
     memo = kopf.Memo()
     memo.agentserve = State(cluster)
-    for handler in (handlers.reconcile, handlers.resync):
-        patch = kopf.Patch()
-        handler(body=kopf.Body(cr()), patch=patch, memo=memo, logger=LOG)
-        assert [c["type"] for c in patch["status"]["conditions"]] == [
-            "Ready",
-            "FrontendReady",
-            "RouterReady",
-            "WorkersReady",
-        ]
+    patch = kopf.Patch()
+    handlers.reconcile(body=kopf.Body(cr()), patch=patch, memo=memo, logger=LOG)
+    assert [c["type"] for c in patch["status"]["conditions"]] == [
+        "Ready",
+        "FrontendReady",
+        "RouterReady",
+        "WorkersReady",
+    ]
     assert kinds_of(cluster.applied).count("Deployment") == 3
+    at_rest = {**cr(), "status": copy.deepcopy(patch["status"])}
+    again = kopf.Patch()
+    handlers.reconcile(body=kopf.Body(at_rest), patch=again, memo=memo, logger=LOG)
+    assert "status" not in again
+
+
+def test_resync_loop_survives_an_outage_and_repairs_drift_afterwards() -> None:
+    from agentserve.operator.handlers import Resync
+
+    cluster = FakeCluster()
+    body = cr()
+    cluster.owners[("ai", "coder")] = body
+    state = State(cluster)
+    resync = Resync(state, [], LOG, interval=0.05)
+    assert resync.run_once() == 1
+    assert kinds_of(cluster.applied).count("Deployment") == 3
+    assert len(cluster.status_patches) == 1
+    # At rest: nothing applied, no status write, no event.
+    writes, events = len(cluster.writes), len(cluster.events)
+    assert resync.run_once() == 1
+    assert (
+        len(cluster.writes) == writes and len(cluster.status_patches) == 1 and len(cluster.events) == events
+    )
+    # An outage: listing fails for many rounds; the loop keeps going and repairs drift afterwards.
+    cluster.fail_list_owners = 5
+    frontend = next(r for r in cluster.objects if r.kind == "Deployment" and r.name.endswith("frontend"))
+    del cluster.objects[frontend]
+    resync.start()
+    try:
+        deadline = time.monotonic() + 10
+        while frontend not in cluster.objects and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        resync.stop()
+    assert frontend in cluster.objects
+    assert resync.rounds >= 6
+
+
+def test_events_are_posted_for_outcomes_and_a_repeated_failure_once() -> None:
+    from agentserve.operator.handlers import Resync
+
+    cluster = FakeCluster()
+    cluster.owners[("ai", "coder")] = cr()
+    resync = Resync(State(cluster), [], LOG)
+    resync.run_once()
+    reasons = [e["reason"] for e in cluster.events]
+    assert reasons[:2] == ["Created", "Applied"]  # the signing key, then the children
+    applied = cluster.events[1]
+    assert applied["involvedObject"]["kind"] == "AgentServingDeployment"
+    assert applied["involvedObject"]["namespace"] == applied["metadata"]["namespace"] == "ai"
+    assert "Deployment/coder-frontend" in applied["message"] and applied["type"] == "Normal"
+    cluster.events.clear()
+    cluster.fail_apply = "Deployment"
+    frontend = next(r for r in cluster.objects if r.kind == "Deployment" and r.name.endswith("frontend"))
+    del cluster.objects[frontend]
+    for _ in range(3):
+        resync.run_once()
+    failures = [e for e in cluster.events if e["reason"] == "ReconcileError"]
+    assert len(failures) == 1 and failures[0]["type"] == "Warning"
+    assert "admission webhook denied" in failures[0]["message"]

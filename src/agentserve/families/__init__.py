@@ -38,6 +38,13 @@ for _family in FAMILIES:
         _BY_NAME.setdefault(_key.lower().replace("_", "-"), _family)
 
 
+def family_names() -> tuple[str, ...]:
+    """Every name `get_family` accepts, spelled as users write them (`qwen3-coder` and `qwen3_coder`):
+    the CRD's enum of `model.family` and of the parser fields is generated from this."""
+    names = {spelling for key in _BY_NAME for spelling in (key, key.replace("-", "_"))}
+    return tuple(sorted(names))
+
+
 class UnknownFamilyError(LookupError):
     pass
 
@@ -59,4 +66,4 @@ def family_for_model(model: str) -> Family | None:
     return None
 
 
-__all__ = ["FAMILIES", "Family", "UnknownFamilyError", "family_for_model", "get_family"]
+__all__ = ["FAMILIES", "Family", "UnknownFamilyError", "family_for_model", "family_names", "get_family"]

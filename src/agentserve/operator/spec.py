@@ -18,10 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from agentserve.config import ALL_APIS, ApiName, ReplayPolicy
+from agentserve.families import family_names
 
 GROUP = "agentserve.dev"
 VERSION = "v1alpha1"
@@ -33,6 +34,23 @@ SHORT_NAMES = ("asd",)
 
 B200_PRODUCT = "NVIDIA-B200"
 GPU_RESOURCE = "nvidia.com/gpu"
+
+# A family name or alias from the registry (agentserve.families): an enum in the CRD, so the API
+# server refuses an unknown family before the frontend would exit on it at start.
+_FAMILY_NAMES = family_names()
+
+
+def _known_family(name: str) -> str:
+    if name not in _FAMILY_NAMES:
+        raise ValueError(f"unknown model family {name!r}; known: {', '.join(_FAMILY_NAMES)}")
+    return name
+
+
+FamilyName = Annotated[
+    str,
+    AfterValidator(_known_family),
+    WithJsonSchema({"type": "string", "enum": list(_FAMILY_NAMES)}),
+]
 
 
 @dataclass(frozen=True)
@@ -159,10 +177,8 @@ class ModelSpec(_Spec):
     name: str = Field(
         min_length=1, max_length=253, description="model name served to clients (the `model` they send)"
     )
-    family: str | None = Field(
+    family: FamilyName | None = Field(
         None,
-        max_length=63,
-        pattern=r"^[a-z0-9][a-z0-9._-]*$",
         description="model family: output parsers, fallback template, catalog (default: inferred from name)",
     )
     source: ModelSource | None = Field(None, description="where the model directory comes from")
@@ -214,11 +230,11 @@ class StreamingToolDispatch(_Spec):
 class AgentSpec(_Spec):
     """Agent-facing behaviour of the frontend."""
 
-    reasoning_parser: str | None = Field(
-        None, max_length=63, description="reasoning parser (default: family's)"
+    reasoning_parser: FamilyName | None = Field(
+        None, description="reasoning parser: a family name or alias (default: the model family's)"
     )
-    tool_call_parser: str | None = Field(
-        None, max_length=63, description="tool-call parser (default: family's)"
+    tool_call_parser: FamilyName | None = Field(
+        None, description="tool-call parser: a family name or alias (default: the model family's)"
     )
     replay: ReplaySpec = Field(ReplaySpec.model_validate({}), description="reasoning replay policy")
     preamble_stripping: PreambleStripping = Field(

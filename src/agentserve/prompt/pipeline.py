@@ -18,6 +18,7 @@ from typing import Any
 from agentserve.config import PromptConfig, ReplayPolicy
 from agentserve.conversation import Conversation
 from agentserve.families import Family, UnknownFamilyError, family_for_model, get_family
+from agentserve.families.compose import ParserChoiceError, with_parsers
 from agentserve.prompt.hashing import block_hashes
 from agentserve.prompt.markup import FamilyMarkup, family_markup, family_template
 from agentserve.prompt.messages import TemplateMessage, template_messages, template_tools
@@ -81,15 +82,21 @@ class PromptPipeline:
 
 
 def resolve_family(config: PromptConfig) -> Family:
+    """The served family, with the output parser `reasoning_parser` / `tool_call_parser` select."""
     if config.family:
         try:
-            return get_family(config.family)
+            family = get_family(config.family)
         except UnknownFamilyError as exc:
             raise TemplateLoadError(str(exc)) from exc
-    family = family_for_model(config.model)
-    if family is None:
-        raise TemplateLoadError(f"cannot infer the model family from {config.model!r}; set --family")
-    return family
+    else:
+        inferred = family_for_model(config.model)
+        if inferred is None:
+            raise TemplateLoadError(f"cannot infer the model family from {config.model!r}; set --family")
+        family = inferred
+    try:
+        return with_parsers(family, config.reasoning_parser, config.tool_call_parser)
+    except ParserChoiceError as exc:
+        raise TemplateLoadError(str(exc)) from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,9 +143,12 @@ def openapi_schema() -> dict[str, Any]:
         "and workers.",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "apiVersion": {
+                "type": "string",
+                "description": "versioned schema of this object: agentserve.dev/v1alpha1",
+            },
+            "kind": {"type": "string", "description": "AgentServingDeployment"},
+            "metadata": {"type": "object", "description": "standard object metadata"},
             "spec": spec,
             "status": {**status, "description": "observed state, written by the operator"},
         },

@@ -272,7 +272,7 @@ class ResourceRequirements(_Spec):
 
 
 class LocalObjectReference(_Spec):
-    name: ObjectName
+    name: ObjectName = Field(description="name of a Secret in the same namespace")
 
 
 class ComponentSpec(_Spec):
@@ -557,12 +557,14 @@ ROOT_RULES: tuple[Rule, ...] = (
 
 
 class Condition(_Spec):
-    type: str = Field(max_length=316)
-    status: Literal["True", "False", "Unknown"]
-    reason: str = Field(max_length=1024)
-    message: str = Field("", max_length=32768)
+    type: str = Field(max_length=316, description="Ready, FrontendReady, RouterReady or WorkersReady")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown")
+    reason: str = Field(max_length=1024, description="CamelCase cause, e.g. Unschedulable, InvalidSpec")
+    message: str = Field("", max_length=32768, description="what a person should know, with the pod or field")
     last_transition_time: str = Field(description="RFC 3339 time of the last status change")
-    observed_generation: int | None = Field(None, ge=0)
+    observed_generation: int | None = Field(
+        None, ge=0, description="generation the condition was computed for"
+    )
 
 
 class ComponentStatus(_Spec):
@@ -581,9 +583,9 @@ class AgentServingDeploymentStatus(_Spec):
     )
     family: str | None = Field(None, description="model family in effect")
     endpoint: str | None = Field(None, description="in-cluster URL of the frontend")
-    frontend: ComponentStatus | None = None
-    router: ComponentStatus | None = None
-    workers: ComponentStatus | None = None
+    frontend: ComponentStatus | None = Field(None, description="pod counts of the frontend Deployment")
+    router: ComponentStatus | None = Field(None, description="pod counts of the router Deployment")
+    workers: ComponentStatus | None = Field(None, description="pod counts of the worker Deployment")
     replicas: int | None = Field(None, description="worker pods (scale subresource)")
     selector: str | None = Field(None, description="label selector of worker pods (scale subresource)")
     workers_ready: str | None = Field(None, description="ready/desired worker pods")

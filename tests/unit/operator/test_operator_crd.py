@@ -337,3 +337,36 @@ def test_generated_doc_sections_are_current() -> None:
 
     text = (ROOT / "docs" / "kubernetes.md").read_text(encoding="utf-8")
     assert update(text) == text, "docs/kubernetes.md is stale: run scripts/generate"
+
+
+def test_every_field_has_a_description_for_kubectl_explain() -> None:
+    missing: list[str] = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if path and "description" not in node:
+            missing.append(path)
+        for key, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{key}")
+        items = node.get("items")
+        if isinstance(items, dict):  # an array's items are described by the array itself
+            for key, child in (items.get("properties") or {}).items():
+                walk(child, f"{path}[].{key}")
+
+    walk(version()["schema"]["openAPIV3Schema"], "")
+    assert missing == []
+
+
+def test_family_and_parser_fields_are_enums_of_the_registry() -> None:
+    from agentserve.families import FAMILIES, family_names
+
+    props = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    family = props["model"]["properties"]["family"]
+    assert family["enum"] == list(family_names())
+    assert {f.name for f in FAMILIES} <= set(family["enum"])
+    assert {"qwen3_coder", "qwen3-coder", "hermes", "harmony"} <= set(family["enum"])
+    for field in ("reasoningParser", "toolCallParser"):
+        assert props["agent"]["properties"][field]["enum"] == family["enum"]
+    with pytest.raises(ValidationError, match="unknown model family 'nope'"):
+        AgentServingDeploymentSpec.model_validate(
+            {"model": {"name": "m", "family": "nope"}, "workers": {"engine": "sim"}}
+        )

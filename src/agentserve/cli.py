@@ -171,9 +171,9 @@ def _add_prompt_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
-    from agentserve.operator.crd import crd_yaml, helm_crd_template
+    from agentserve.operator.crd import crd_yaml
 
-    sys.stdout.write(helm_crd_template() if args.helm else crd_yaml())
+    sys.stdout.write(crd_yaml())
     return 0
 
 
@@ -204,6 +204,7 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         liveness=args.liveness,
         metrics_port=args.metrics_port,
         verbose=args.verbose,
+        manage_crd=args.manage_crd,
     )
 
 
@@ -319,7 +320,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the AgentServingDeployment CustomResourceDefinition (YAML)",
         description="Prints the CRD generated from the spec model (agentserve.operator.spec).",
     )
-    p.add_argument("--helm", action="store_true", help="print the Helm chart's CRD template instead")
     p.set_defaults(handler=_cmd_crd)
 
     p = sub.add_parser(
@@ -351,6 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL ('' to disable)"
     )
     p.add_argument("--metrics-port", type=int, default=8081, help="port of /metrics (0 to disable)")
+    p.add_argument(
+        "--manage-crd",
+        action="store_true",
+        help="at start, server-side apply this version's CRD (keeps its schema current on upgrades; "
+        "needs patch on the CRD)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(handler=_cmd_operator)
 

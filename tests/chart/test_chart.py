@@ -71,7 +71,7 @@ def test_helm_lint_strict() -> None:
     [
         (),
         ("serviceMonitor.enabled=true", "verbose=true"),
-        ("watchNamespaces={ai,research}", "crds.install=false", "test.enabled=false"),
+        ("watchNamespaces={ai,research}", "crds.manage=false", "test.enabled=false"),
     ],
 )
 def test_every_rendered_object_is_valid(sets: tuple[str, ...]) -> None:
@@ -95,15 +95,27 @@ def test_operator_deployment_is_one_replica_recreate_and_hardened() -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
 
 
-def test_crd_template_is_the_generated_crd_with_a_keep_annotation() -> None:
-    (rendered,) = by_kind(template(), "CustomResourceDefinition")
-    assert rendered["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
-    expected = crd()
-    rendered["metadata"].pop("annotations")
-    assert rendered == expected
-    (unkept,) = by_kind(template("crds.keep=false"), "CustomResourceDefinition")
-    assert "annotations" not in unkept["metadata"]
-    assert by_kind(template("crds.install=false"), "CustomResourceDefinition") == []
+def test_the_chart_carries_the_generated_crd_in_crds_and_the_operator_manages_it() -> None:
+    # Helm's crds/: installed when missing (also over a CRD applied before from the repo's crds/),
+    # never templated, so no ownership check can fail on it.
+    assert by_kind(template(), "CustomResourceDefinition") == []
+    (committed,) = (CHART / "crds").glob("*.yaml")
+    assert yaml.safe_load(committed.read_text(encoding="utf-8")) == crd()
+    (deployment,) = by_kind(template(), "Deployment")
+    assert "--manage-crd" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    cluster_rules = _rules(template(), "ClusterRole")
+    (patch_crd,) = [
+        r for r in cluster_rules if "customresourcedefinitions" in r["resources"] and "patch" in r["verbs"]
+    ]
+    assert patch_crd["resourceNames"] == ["agentservingdeployments.agentserve.dev"]
+    unmanaged = template("crds.manage=false")
+    (deployment,) = by_kind(unmanaged, "Deployment")
+    assert "--manage-crd" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(
+        "patch" in r["verbs"]
+        for r in _rules(unmanaged, "ClusterRole")
+        if "customresourcedefinitions" in r["resources"]
+    )
 
 
 def _rules(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

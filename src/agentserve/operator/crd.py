@@ -6,7 +6,7 @@ boolean `exclusiveMinimum`, no `additionalProperties` next to `properties`. `str
 translation; `check_structural()` verifies the result so a new field type cannot slip through.
 
 `crds/agentserve.dev_agentservingdeployments.yaml` and the Helm chart's CRD template are written by
-`scripts/generate` from `crd_yaml()` and `helm_crd_template()`; tests fail when they drift.
+`scripts/generate` from `crd_yaml()` (into crds/ and the chart's crds/); tests fail when they drift.
 """
 
 from __future__ import annotations
@@ -239,26 +239,6 @@ def crd_yaml() -> str:
     return _HEADER + dump_yaml(crd())
 
 
-def helm_crd_template() -> str:
-    """The chart's CRD template: the same object behind `crds.install`, kept on uninstall by default."""
-    body = dump_yaml(crd())
-    if "{{" in body or "}}" in body:
-        raise SchemaError("the CRD text contains template delimiters; escape them before templating")
-    head, rest = body.split("  labels:\n", 1)
-    annotations = (
-        "  {{- if .Values.crds.keep }}\n  annotations:\n    helm.sh/resource-policy: keep\n  {{- end }}\n"
-    )
-    return (
-        "{{- if .Values.crds.install }}\n"
-        + _HEADER
-        + head
-        + annotations
-        + "  labels:\n"
-        + rest
-        + "{{- end }}\n"
-    )
-
-
 __all__ = [
     "API_VERSION",
     "CRD_FILE",
@@ -268,5 +248,4 @@ __all__ = [
     "crd_yaml",
     "dump_yaml",
     "dump_yaml_stream",
-    "helm_crd_template",
 ]

@@ -383,6 +383,21 @@ class Resync:
             self._thread.join(timeout)
 
 
+def ensure_crd(cluster: Cluster, logger: Logger) -> bool:
+    """Server-side apply this operator version's CRD (`--manage-crd`): Helm installs a chart's crds/
+    only when missing and never upgrades them, so the operator keeps the schema it needs current.
+    A failure (e.g. RBAC without patch on the CRD) is logged; the operator still runs."""
+    from agentserve.operator.crd import crd
+
+    try:
+        cluster.apply(crd())
+    except ClusterError as exc:
+        logger.warning("cannot apply the AgentServingDeployment CRD (--manage-crd): %s", exc)
+        return False
+    logger.info("applied the AgentServingDeployment CRD of this operator version")
+    return True
+
+
 def _state(memo: Any) -> State:
     state = getattr(memo, "agentserve", None)
     if state is None:
@@ -403,6 +418,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Lo
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
     state = _state(memo)
+    if getattr(memo, "manage_crd", False):
+        ensure_crd(state.cluster, logger)
     namespaces = list(getattr(memo, "namespaces", None) or [])
     interval = float(getattr(memo, "resync_seconds", RESYNC_SECONDS))
     memo.resync = Resync(state, namespaces, logging.getLogger("agentserve.operator.resync"), interval)
@@ -480,11 +497,16 @@ for _group, _version, _plural in _CHILD_RESOURCES:
 
 
 def run_operator(
-    *, namespaces: list[str], liveness: str | None, metrics_port: int = METRICS_PORT, verbose: bool = False
+    *,
+    namespaces: list[str],
+    liveness: str | None,
+    metrics_port: int = METRICS_PORT,
+    verbose: bool = False,
+    manage_crd: bool = False,
 ) -> int:
     """`agentserve operator`: run kopf in this process (standalone: one replica, Recreate)."""
     kopf.configure(verbose=verbose)
-    memo = kopf.Memo(metrics_port=metrics_port, namespaces=namespaces)
+    memo = kopf.Memo(metrics_port=metrics_port, namespaces=namespaces, manage_crd=manage_crd)
     kopf.run(
         standalone=True,
         clusterwide=not namespaces,

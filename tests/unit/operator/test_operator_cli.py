@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from agentserve.cli import main
-from agentserve.operator.crd import crd_yaml, helm_crd_template
+from agentserve.operator.crd import crd_yaml
 from kubecheck import assert_valid
 
 VALID = """\
@@ -33,7 +33,6 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 def test_crd_prints_the_generated_crd(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["crd"], capsys) == (0, crd_yaml(), "")
-    assert run(["crd", "--helm"], capsys) == (0, helm_crd_template(), "")
 
 
 def test_manifests_prints_valid_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,7 +107,15 @@ def test_operator_command_passes_its_flags(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(handlers, "run_operator", fake_run)
     assert main(["operator", "-n", "ai", "-n", "research", "--metrics-port", "0", "--liveness", ""]) == 0
-    assert seen == {"namespaces": ["ai", "research"], "liveness": "", "metrics_port": 0, "verbose": False}
+    assert seen == {
+        "namespaces": ["ai", "research"],
+        "liveness": "",
+        "metrics_port": 0,
+        "verbose": False,
+        "manage_crd": False,
+    }
+    assert main(["operator", "--manage-crd"]) == 0
+    assert seen["manage_crd"] is True
 
 
 def test_kopf_run_module_registers_handlers_and_the_cli_does_not_need_kopf() -> None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from agentserve.operator.crd import CRD_FILE, SchemaError, check_structural, crd, crd_yaml, helm_crd_template
+from agentserve.operator.crd import CRD_FILE, SchemaError, check_structural, crd, crd_yaml
 from agentserve.operator.spec import (
     ROOT_RULES,
     AgentServingDeploymentSpec,
@@ -148,8 +148,8 @@ def test_committed_crd_matches_the_model() -> None:
 
 
 def test_committed_chart_crd_template_matches_the_model() -> None:
-    committed = (ROOT / "charts" / "agentserve" / "templates" / "crd.yaml").read_text(encoding="utf-8")
-    assert committed == helm_crd_template(), "the chart's CRD drifted: run scripts/generate"
+    committed = (ROOT / "charts" / "agentserve" / "crds" / CRD_FILE).read_text(encoding="utf-8")
+    assert committed == crd_yaml(), "the chart's CRD drifted: run scripts/generate"
 
 
 def test_schema_accepts_valid_and_rejects_invalid_documents() -> None:

@@ -754,3 +754,15 @@ def test_events_are_posted_for_outcomes_and_a_repeated_failure_once() -> None:
     failures = [e for e in cluster.events if e["reason"] == "ReconcileError"]
     assert len(failures) == 1 and failures[0]["type"] == "Warning"
     assert "admission webhook denied" in failures[0]["message"]
+
+
+def test_ensure_crd_applies_this_versions_crd_and_survives_a_refusal() -> None:
+    from agentserve.operator.crd import crd
+    from agentserve.operator.handlers import ensure_crd
+
+    cluster = FakeCluster(kinds={*CHILD_KINDS, ("apiextensions.k8s.io/v1", "CustomResourceDefinition")})
+    assert ensure_crd(cluster, LOG) is True
+    (applied,) = [o for o in cluster.objects.values() if o["kind"] == "CustomResourceDefinition"]
+    assert applied == crd()
+    cluster.fail_apply = "CustomResourceDefinition"
+    assert ensure_crd(cluster, LOG) is False  # logged; the operator keeps running

@@ -148,11 +148,22 @@ def openapi_schema() -> dict[str, Any]:
                 "description": "versioned schema of this object: agentserve.dev/v1alpha1",
             },
             "kind": {"type": "string", "description": "AgentServingDeployment"},
-            "metadata": {"type": "object", "description": "standard object metadata"},
+            # Only `name`/`generateName` may appear under the root's metadata, and nothing else (not even a
+            # description: the apiserver refuses the CRD). `name` is declared so the root rule's
+            # fieldPath can point at it: its error then names metadata.name instead of `<nil>`.
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": spec,
             "status": {**status, "description": "observed state, written by the operator"},
         },
-        "x-kubernetes-validations": [{"rule": r.cel, "message": r.message} for r in ROOT_RULES],
+        "x-kubernetes-validations": [
+            {
+                "rule": r.cel,
+                "message": r.message,
+                "fieldPath": ".metadata.name",
+                "reason": "FieldValueInvalid",
+            }
+            for r in ROOT_RULES
+        ],
     }
 
 

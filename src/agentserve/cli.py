@@ -205,6 +205,7 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         verbose=args.verbose,
         manage_crd=args.manage_crd,
+        resync_seconds=args.resync_seconds,
     )
 
 
@@ -356,6 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="at start, server-side apply this version's CRD (keeps its schema current on upgrades; "
         "needs patch on the CRD)",
+    )
+    p.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=30.0,
+        help="period of the level-based resync of every AgentServingDeployment (default 30)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(handler=_cmd_operator)

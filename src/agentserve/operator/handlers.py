@@ -503,10 +503,13 @@ def run_operator(
     metrics_port: int = METRICS_PORT,
     verbose: bool = False,
     manage_crd: bool = False,
+    resync_seconds: float = RESYNC_SECONDS,
 ) -> int:
     """`agentserve operator`: run kopf in this process (standalone: one replica, Recreate)."""
     kopf.configure(verbose=verbose)
-    memo = kopf.Memo(metrics_port=metrics_port, namespaces=namespaces, manage_crd=manage_crd)
+    memo = kopf.Memo(
+        metrics_port=metrics_port, namespaces=namespaces, manage_crd=manage_crd, resync_seconds=resync_seconds
+    )
     kopf.run(
         standalone=True,
         clusterwide=not namespaces,

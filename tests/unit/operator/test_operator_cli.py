@@ -113,6 +113,7 @@ def test_operator_command_passes_its_flags(monkeypatch: pytest.MonkeyPatch) -> N
         "metrics_port": 0,
         "verbose": False,
         "manage_crd": False,
+        "resync_seconds": 30.0,
     }
     assert main(["operator", "--manage-crd"]) == 0
     assert seen["manage_crd"] is True

@@ -72,8 +72,26 @@ def _service_monitor_errors(obj: dict[str, Any]) -> list[str]:
     return errors
 
 
+def _peering_errors(obj: dict[str, Any]) -> list[str]:
+    """kopf's peering objects (charts/agentserve/crds/kopf-peering.yaml): a name, nothing but status."""
+    errors = []
+    if obj.get("kind") not in ("ClusterKopfPeering", "KopfPeering"):
+        errors.append(f"kind {obj.get('kind')!r} is not a kopf.dev peering kind")
+    extra = set(obj) - {"apiVersion", "kind", "metadata", "status"}
+    if extra:
+        errors.append(f"unknown fields {sorted(extra)}")
+    meta = obj.get("metadata") or {}
+    if not meta.get("name"):
+        errors.append("metadata.name: required")
+    if obj.get("kind") == "KopfPeering" and not meta.get("namespace"):
+        errors.append("metadata.namespace: required for a KopfPeering")
+    return errors
+
+
 def validation_errors(obj: dict[str, Any], version: str = KUBERNETES_VERSION) -> list[str]:
     api_version = str(obj.get("apiVersion", ""))
+    if api_version == "kopf.dev/v1":
+        return _peering_errors(obj)
     if api_version.startswith("agentserve.dev/"):
         return crd_schema_errors(obj)
     if api_version.startswith("monitoring.coreos.com/"):

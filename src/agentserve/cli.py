@@ -206,6 +206,7 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         manage_crd=args.manage_crd,
         resync_seconds=args.resync_seconds,
+        peering=args.peering,
     )
 
 
@@ -363,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="period of the level-based resync of every AgentServingDeployment (default 30)",
+    )
+    p.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="run as one of several replicas: kopf peering object NAME elects the active one "
+        "(default: standalone, a single replica)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(handler=_cmd_operator)

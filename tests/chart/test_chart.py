@@ -80,10 +80,38 @@ def test_every_rendered_object_is_valid(sets: tuple[str, ...]) -> None:
     assert_valid(objs)
 
 
-def test_operator_deployment_is_one_replica_recreate_and_hardened() -> None:
+def test_operator_is_two_peered_replicas_with_a_pdb_or_one_recreated_without_peering() -> None:
+    objs = template()
+    (deployment,) = by_kind(objs, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert "--peering=agentserve" in spec["template"]["spec"]["containers"][0]["args"]
+    (pdb,) = by_kind(objs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    (peering,) = by_kind(objs, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == "agentserve"
+    assert _allows(_rules(objs, "ClusterRole"), "kopf.dev", "clusterkopfpeerings", "patch")
+    scoped = template("watchNamespaces={ai,research}")
+    assert sorted(p["metadata"]["namespace"] for p in by_kind(scoped, "KopfPeering")) == ["ai", "research"]
+    assert _allows(_rules(scoped, "Role"), "kopf.dev", "kopfpeerings", "patch")
+    single = template("peering.enabled=false")
+    (deployment,) = by_kind(single, "Deployment")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert by_kind(single, "PodDisruptionBudget") == [] and by_kind(single, "ClusterKopfPeering") == []
+    assert not any("--peering" in a for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    crd_file = CHART / "crds" / "kopf-peering.yaml"
+    kinds = {d["spec"]["names"]["kind"] for d in yaml.safe_load_all(crd_file.read_text(encoding="utf-8"))}
+    assert kinds == {"ClusterKopfPeering", "KopfPeering"}
+
+
+def test_operator_deployment_is_hardened() -> None:
     (deployment,) = by_kind(template(), "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["agentserve", "operator"]
@@ -99,7 +127,7 @@ def test_the_chart_carries_the_generated_crd_in_crds_and_the_operator_manages_it
     # Helm's crds/: installed when missing (also over a CRD applied before from the repo's crds/),
     # never templated, so no ownership check can fail on it.
     assert by_kind(template(), "CustomResourceDefinition") == []
-    (committed,) = (CHART / "crds").glob("*.yaml")
+    committed = CHART / "crds" / "agentserve.dev_agentservingdeployments.yaml"
     assert yaml.safe_load(committed.read_text(encoding="utf-8")) == crd()
     (deployment,) = by_kind(template(), "Deployment")
     assert "--manage-crd" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -216,13 +216,14 @@ def test_every_example_is_scheduled_onto_its_pools_and_becomes_ready(
         assert kube.get("servicemonitor", name, namespace) is not None
 
 
-def test_a_gpu_request_no_node_can_hold_leaves_pods_pending_and_the_condition_says_why(
-    operator: Operator,
+def test_gpu_requests_beyond_the_pool_leave_pods_pending_and_the_condition_says_why(
+    operator: Operator, examples: dict[str, dict[str, Any]]
 ) -> None:
+    # 9 workers of 8 GPUs: more whole B200 nodes than the pool has (8), and the examples hold some.
     kube = operator.kube
     spec = {
         "model": {"name": "huge", "source": {"hostPath": {"path": "/models/huge"}}},
-        "workers": {"tensorParallelSize": 16, "gpusPerWorker": 16},
+        "workers": {"tensorParallelSize": 8, "gpusPerWorker": 8, "replicas": 9},
     }
     kube.apply_yaml(_cr("huge", "agents", spec))
     try:
@@ -237,10 +238,12 @@ def test_a_gpu_request_no_node_can_hold_leaves_pods_pending_and_the_condition_sa
             interval=0.5,
         )
         workers = condition(cr, "WorkersReady")
-        assert workers["status"] == "False" and "nvidia.com/gpu" in workers["message"]
+        assert workers["status"] == "False" and "Insufficient nvidia.com/gpu" in workers["message"]
         assert condition(cr, "Ready")["status"] == "False"
-        (pod,) = _pods(kube, "agents", "huge", "worker")
-        assert pod["status"]["phase"] == "Pending"
+        pods = _pods(kube, "agents", "huge", "worker")
+        assert any(p["status"]["phase"] == "Pending" for p in pods)
+        scheduled = [p for p in pods if p["spec"].get("nodeName")]
+        assert all(p["spec"]["nodeName"].startswith("b200-") for p in scheduled)
     finally:
         kube.kubectl("delete", "asd", "huge", "-n", "agents", "--wait=false")
 

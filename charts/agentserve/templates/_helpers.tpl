@@ -85,4 +85,10 @@ permission it grants in the router's Role (endpointslices), or the apiserver ref
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.peering.enabled }}
+# kopf peering in a watched namespace (when watchNamespaces is set).
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
 {{- end }}

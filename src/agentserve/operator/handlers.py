@@ -66,6 +66,7 @@ from agentserve.operator.spec import GROUP, KIND, PLURAL, ROOT_RULES, VERSION, A
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 RESYNC_SECONDS = 30.0
+PEERING_LIFETIME_SECONDS = 15
 EVENT_DEBOUNCE_SECONDS = 2.0
 METRICS_PORT = 8081
 
@@ -417,6 +418,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Lo
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
+    if getattr(memo, "peering", None):
+        # High availability: replicas elect one active operator through kopf's peering object. A
+        # missing peering CRD or object is an error, not a silent standalone; a replica killed
+        # without a goodbye is replaced after `lifetime` seconds (one that stops cleanly, at once).
+        settings.peering.mandatory = True
+        settings.peering.lifetime = int(getattr(memo, "peering_lifetime", PEERING_LIFETIME_SECONDS))
+        settings.peering.stealth = True
     state = _state(memo)
     if getattr(memo, "manage_crd", False):
         ensure_crd(state.cluster, logger)
@@ -504,14 +512,25 @@ def run_operator(
     verbose: bool = False,
     manage_crd: bool = False,
     resync_seconds: float = RESYNC_SECONDS,
+    peering: str | None = None,
+    peering_lifetime: int = PEERING_LIFETIME_SECONDS,
 ) -> int:
-    """`agentserve operator`: run kopf in this process (standalone: one replica, Recreate)."""
+    """`agentserve operator`: run kopf in this process. Without `peering` it runs standalone (one
+    replica); with it, replicas share kopf's peering object `peering` and one of them is active
+    (each replica draws a distinct random priority: kopf pauses every peer on a tie)."""
     kopf.configure(verbose=verbose)
     memo = kopf.Memo(
-        metrics_port=metrics_port, namespaces=namespaces, manage_crd=manage_crd, resync_seconds=resync_seconds
+        metrics_port=metrics_port,
+        namespaces=namespaces,
+        manage_crd=manage_crd,
+        resync_seconds=resync_seconds,
+        peering=peering,
+        peering_lifetime=peering_lifetime,
     )
     kopf.run(
-        standalone=True,
+        standalone=not peering,
+        peering_name=peering or None,
+        priority=secrets.randbelow(2**31 - 1) + 1 if peering else None,
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=liveness or None,

@@ -114,9 +114,10 @@ def test_operator_command_passes_its_flags(monkeypatch: pytest.MonkeyPatch) -> N
         "verbose": False,
         "manage_crd": False,
         "resync_seconds": 30.0,
+        "peering": None,
     }
-    assert main(["operator", "--manage-crd"]) == 0
-    assert seen["manage_crd"] is True
+    assert main(["operator", "--manage-crd", "--peering", "agentserve"]) == 0
+    assert seen["manage_crd"] is True and seen["peering"] == "agentserve"
 
 
 def test_kopf_run_module_registers_handlers_and_the_cli_does_not_need_kopf() -> None:

@@ -69,8 +69,9 @@ def test_discovery_follows_worker_pods_as_they_come_and_go(operator: Operator) -
             await _until(lambda: len(latest()) == 4 and hosts() == _pod_ips(kube), 60, "scaled to 4")
             kube.kubectl("scale", "asd/disco", "-n", "routing", "--replicas=1")
             await _until(lambda: len(latest()) == 1 and hosts() == _pod_ips(kube), 60, "scaled to 1")
-            # A worker pod that dies is replaced: the old address leaves, the new one arrives.
-            (old,) = hosts()
+            # A worker pod that dies is replaced: the old pod leaves, the new one arrives (KWOK may
+            # hand the new pod the freed IP, so compare pods, not addresses).
+            (old,) = latest()
             kube.kubectl(
                 "delete",
                 "pods",
@@ -79,7 +80,7 @@ def test_discovery_follows_worker_pods_as_they_come_and_go(operator: Operator) -
                 "-l",
                 "app.kubernetes.io/instance=disco,app.kubernetes.io/component=worker",
             )
-            await _until(lambda: len(latest()) == 1 and old not in hosts(), 60, "the replacement worker")
+            await _until(lambda: len(latest()) == 1 and old not in latest(), 60, "the replacement worker")
             return {"lists": watcher.lists}
         finally:
             await watcher.aclose()

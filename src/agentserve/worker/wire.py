@@ -83,6 +83,8 @@ def encode_request(request: GenerateRequest) -> Frame:
         sampling["stop_token_ids"] = list(s.stop_token_ids)
     if s.ignore_eos:
         sampling["ignore_eos"] = True
+    if s.include_stop:
+        sampling["include_stop"] = True
     body: Frame = {"token_ids": list(request.prompt_token_ids), "sampling": sampling}
     if request.request_id:
         body["request_id"] = request.request_id
@@ -144,6 +146,7 @@ _SAMPLING_KEYS = frozenset(
         "stop",
         "stop_token_ids",
         "ignore_eos",
+        "include_stop",
         "presence_penalty",
         "frequency_penalty",
         "repetition_penalty",
@@ -178,6 +181,9 @@ def decode_request(data: Any) -> GenerateRequest:
     ignore_eos = raw.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise WireError("sampling.ignore_eos must be a boolean")
+    include_stop = raw.get("include_stop", False)
+    if not isinstance(include_stop, bool):
+        raise WireError("sampling.include_stop must be a boolean")
     sampling = SamplingParams(
         max_tokens=max_tokens,
         temperature=_opt(raw, "temperature", num, w),
@@ -188,6 +194,7 @@ def decode_request(data: Any) -> GenerateRequest:
         stop=_strings(raw, "stop", w),
         stop_token_ids=tuple(_token_ids(raw.get("stop_token_ids") or [], "sampling.stop_token_ids")),
         ignore_eos=ignore_eos,
+        include_stop=include_stop,
         presence_penalty=_opt(raw, "presence_penalty", num, w),
         frequency_penalty=_opt(raw, "frequency_penalty", num, w),
         repetition_penalty=_opt(raw, "repetition_penalty", num, w),

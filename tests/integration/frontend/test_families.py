@@ -23,6 +23,7 @@ from agentserve.conversation import Reasoning
 
 ANSWER = "Paris is 18C and Rome is 21C."
 QUESTION = "What is the weather in Paris?"
+RUN_ON = "The tool returned 18C. HALLUCINATED."
 
 
 @pytest.fixture(scope="module", params=FAMILY_NAMES)
@@ -31,8 +32,11 @@ def family(
 ) -> Iterator[tuple[str, Served]]:
     name: str = request.param
     by_name = {c.name: c for c in cases(name)}
+    # Past its terminator the model would go on (invent the tool's result, call again): the engine must
+    # stop at the family's end-of-turn token, so none of that reaches the parser (issue 15 item 1).
+    call, answer = by_name["call"].raw, by_name["answer"].raw
     scenario = write_scenario(
-        tmp_path_factory.mktemp(name), [{"turn": 1, "output": by_name["call"].raw}], by_name["answer"].raw
+        tmp_path_factory.mktemp(name), [{"turn": 1, "output": call + RUN_ON + call}], answer + RUN_ON
     )
     with served({"script": scenario, "family": name, "model": f"{name}-sim"}) as s:
         yield name, s

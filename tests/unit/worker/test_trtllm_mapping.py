@@ -15,6 +15,8 @@ from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, Samp
 from agentserve.worker.engines.trtllm_mapping import (
     DEFAULT_EVENT_BUFFER_MAX_SIZE,
     KvEventTranslator,
+    MissingFieldError,
+    cached_tokens_of,
     deep_merge,
     finish_reason,
     llm_kwargs,
@@ -246,3 +248,27 @@ def test_iteration_stats_give_kv_usage_and_queues() -> None:
         "waiting": 2,
     }
     assert load_from_stats(json.dumps({"numActiveRequests": 1})) == {"running": 1}
+
+
+def test_context_length_becomes_max_seq_len() -> None:
+    assert llm_kwargs(WorkerConfig(engine="trtllm", max_seq_len=131072))["max_seq_len"] == 131072
+    assert "max_seq_len" not in llm_kwargs(WorkerConfig(engine="trtllm"))  # the model's own
+
+
+def test_include_stop_maps_to_include_stop_str_in_output() -> None:
+    assert sampling_kwargs(SamplingParams(stop_token_ids=(5,)))["include_stop_str_in_output"] is False
+    kept = sampling_kwargs(SamplingParams(stop_token_ids=(5,), include_stop=True))
+    assert kept["include_stop_str_in_output"] is True and kept["stop_token_ids"] == [5]
+
+
+class _Result:
+    def __init__(self, **fields: object) -> None:
+        self.__dict__.update(fields)
+
+
+def test_cached_tokens_is_read_from_the_result_and_never_defaulted() -> None:
+    assert cached_tokens_of(_Result(cached_tokens=96)) == 96
+    with pytest.raises(MissingFieldError, match="no `cached_tokens`"):
+        cached_tokens_of(_Result())  # an older GenerationResult (no such attribute)
+    with pytest.raises(MissingFieldError):
+        cached_tokens_of(_Result(cached_tokens=None))

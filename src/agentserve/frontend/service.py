@@ -207,6 +207,7 @@ class Frontend:
             sampling=sampling_params(request.options, p.max_tokens, self.stops),
             priority=request.nvext.agent_hints.priority or 0,
             hints=generation_hints(request.conversation),
+            cache_salt=request.nvext.cache_salt,
         )
         route = route_request(request, prompt.block_hashes, len(prompt.token_ids), p.identity.session_id)
         try:

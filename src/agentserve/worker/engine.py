@@ -96,6 +96,9 @@ class GenerateRequest:
     priority: int = 0  # higher is scheduled first (the sim honours it; FCFS within a priority)
     hints: Hints | None = None
     retention: Retention | None = None  # None: the engine's default (plain LRU)
+    # nvext.cache_salt: requests with different salts never share KV blocks (TensorRT-LLM
+    # `generate_async(cache_salt=…)`); the sim engine does not model salts.
+    cache_salt: str | None = None
 
 
 # --------------------------------------------------------------------------------------------------

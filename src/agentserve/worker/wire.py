@@ -90,6 +90,8 @@ def encode_request(request: GenerateRequest) -> Frame:
         body["request_id"] = request.request_id
     if request.priority:
         body["priority"] = request.priority
+    if request.cache_salt is not None:
+        body["cache_salt"] = request.cache_salt
     if request.hints is not None:
         h = request.hints
         body["hints"] = {
@@ -157,7 +159,7 @@ _SAMPLING_KEYS = frozenset(
 def decode_request(data: Any) -> GenerateRequest:
     if not isinstance(data, Mapping):
         raise WireError("the request body must be an object")
-    unknown = set(data) - {"request_id", "token_ids", "sampling", "priority", "hints"}
+    unknown = set(data) - {"request_id", "token_ids", "sampling", "priority", "hints", "cache_salt"}
     if unknown:
         raise WireError(f"unknown fields: {', '.join(sorted(map(str, unknown)))}")
     if "token_ids" not in data:
@@ -215,7 +217,10 @@ def decode_request(data: Any) -> GenerateRequest:
             _opt(raw_hints, "last_user_message", str, "hints."),
             _opt(raw_hints, "last_message", str, "hints."),
         )
-    return GenerateRequest(rid, ids, sampling, priority, hints)
+    salt = data.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt or len(salt) > 256):
+        raise WireError("cache_salt must be a non-empty string of at most 256 characters")
+    return GenerateRequest(rid, ids, sampling, priority, hints, cache_salt=salt)
 
 
 # --------------------------------------------------------------------------------------------------

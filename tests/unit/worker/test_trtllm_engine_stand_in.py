@@ -169,10 +169,14 @@ class FakeLLM:
         self.shut = False
         self._executor = FakeExecutor()
         self.stats_served = 0
+        self.salts: list[str | None] = []
         FakeLLM.instances.append(self)
 
-    def generate_async(self, prompt: list[int], sampling_params: Any, streaming: bool) -> Result:
+    def generate_async(
+        self, prompt: list[int], sampling_params: Any, streaming: bool, cache_salt: str | None = None
+    ) -> Result:
         assert streaming
+        self.salts.append(cache_salt)
         full = len(prompt) // BS
         key = tuple(prompt[: full * BS])
         cached = full * BS if key in self.seen else 0
@@ -394,9 +398,12 @@ async def test_a_dead_mpi_worker_makes_the_engine_not_ready(stand_in: None) -> N
     await engine.stop()
 
 
-async def test_context_length_and_include_stop_reach_tensorrt_llm(stand_in: None) -> None:
+async def test_context_length_include_stop_and_cache_salt_reach_tensorrt_llm(stand_in: None) -> None:
     engine, llm = await _started(max_batch_size=4, max_seq_len=4096)
     assert llm.kwargs["max_seq_len"] == 4096
+    salted = GenerateRequest("s", [1, 2], SamplingParams(max_tokens=1), cache_salt="tenant-a")
+    [s async for s in engine.generate(salted)]
+    assert llm.salts == ["tenant-a"]
     params = SamplingParams(max_tokens=3, stop_token_ids=(67,), include_stop=True)
     steps = [s async for s in engine.generate(GenerateRequest("a", [1, 2], params))]
     assert "".join(s.text for s in steps) == "ABC" and steps[-1].finish_reason == "stop"

@@ -298,7 +298,10 @@ class TrtLlmEngine:
             raise InvalidRequestError("the prompt has no tokens")
         try:
             params = self._sampling_cls(**sampling_kwargs(request.sampling))
-            result = self._llm.generate_async(prompt, sampling_params=params, streaming=True)
+            extra: dict[str, Any] = {}
+            if request.cache_salt is not None:  # only when set: older releases lack the argument
+                extra["cache_salt"] = request.cache_salt
+            result = self._llm.generate_async(prompt, sampling_params=params, streaming=True, **extra)
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(str(exc)) from exc
         except RuntimeError as exc:  # "LLM is shutting down", or the executor died

@@ -584,10 +584,17 @@ def _placement(spec: AgentServingDeploymentSpec, component: Component) -> dict[s
 def _volumes(
     spec: AgentServingDeploymentSpec, target: Target, component: Component
 ) -> tuple[list[Any], list[Any]]:
+    cache: dict[str, Any] = {"name": "cache", "emptyDir": {}}
+    if component == "worker":
+        worker_cache = spec.workers.cache
+        if worker_cache.claim_name is not None:
+            cache = {"name": "cache", "persistentVolumeClaim": {"claimName": worker_cache.claim_name}}
+        elif worker_cache.size_limit is not None:
+            cache = {"name": "cache", "emptyDir": {"sizeLimit": str(worker_cache.size_limit)}}
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": target.config_map}},
         {"name": "tmp", "emptyDir": {}},
-        {"name": "cache", "emptyDir": {}},
+        cache,
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
@@ -665,6 +672,13 @@ def _container(spec: AgentServingDeploymentSpec, target: Target, component: Comp
         {"name": "HF_HOME", "value": posixpath.join(CACHE_DIR, "huggingface")},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
+    if component == "worker":
+        # Compile caches on the cache volume (workers.cache); the rest (TensorRT-LLM, FlashInfer JIT,
+        # Hugging Face) already lands under HOME / XDG_CACHE_HOME there.
+        defaults += [
+            {"name": "TORCHINDUCTOR_CACHE_DIR", "value": posixpath.join(CACHE_DIR, "torchinductor")},
+            {"name": "TRITON_CACHE_DIR", "value": posixpath.join(CACHE_DIR, "triton")},
+        ]
     if spec.model.source is not None:
         defaults.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     _, mounts = _volumes(spec, target, component)

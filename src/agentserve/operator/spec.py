@@ -334,6 +334,19 @@ class KvCacheSpec(_Spec):
     )
 
 
+class WorkerCacheSpec(_Spec):
+    """Where workers keep what they compile and download (torch.compile/Triton/TensorRT-LLM JIT kernels,
+    Hugging Face files): on a claim they outlive a restart, so a restarted worker does not recompile
+    for minutes before it is ready again."""
+
+    claim_name: ObjectName | None = Field(
+        None,
+        description="PersistentVolumeClaim (ReadWriteMany when several workers share it) for the caches; "
+        "default: an emptyDir, lost with the pod",
+    )
+    size_limit: Quantity | None = Field(None, description="sizeLimit of the emptyDir (without claimName)")
+
+
 class WorkersSpec(ComponentSpec):
     """The inference workers."""
 
@@ -355,6 +368,9 @@ class WorkersSpec(ComponentSpec):
         le=86400,
         description="time allowed until the model is loaded (/ready: weights, graphs, autotune); also "
         "the rollout's progress deadline",
+    )
+    cache: WorkerCacheSpec = Field(
+        WorkerCacheSpec.model_validate({}), description="compile and download caches of the workers"
     )
     update_strategy: Literal["surge", "replace"] = Field(
         "surge",

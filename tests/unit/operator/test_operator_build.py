@@ -259,6 +259,7 @@ OBJECT_LEVEL = {
     "workers.shmSize",
     "workers.startupTimeoutSeconds",
     "workers.updateStrategy",
+    "workers.cache",
     "nodePool",
     "observability.serviceMonitor",
     "networkPolicy",
@@ -767,3 +768,19 @@ def test_router_inflight_limit_defaults_to_the_engine_batch() -> None:
     assert inflight_limit(spec({"workers": {"llmApiOptions": {"max_batch_size": 128}}})) == 128
     assert inflight_limit(spec({})) == 256  # the worker's max_batch_size default
     assert inflight_limit(spec({"router": {"maxInflightPerWorker": 32}})) == 32
+
+
+def test_worker_caches_on_a_claim_survive_restarts() -> None:
+    objs = objects({"workers": {"cache": {"claimName": "jit-cache"}}})
+    volumes = {v["name"]: v for v in pod(objs, "worker")["volumes"]}
+    assert volumes["cache"] == {"name": "cache", "persistentVolumeClaim": {"claimName": "jit-cache"}}
+    env = {e["name"]: e.get("value") for e in container(objs, "worker")["env"]}
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(env["XDG_CACHE_HOME"])
+    assert env["TRITON_CACHE_DIR"].startswith(env["XDG_CACHE_HOME"])
+    assert {v["name"]: v for v in pod(objs, "frontend")["volumes"]}["cache"] == {
+        "name": "cache",
+        "emptyDir": {},
+    }
+    sized = objects({"workers": {"cache": {"sizeLimit": "50Gi"}}})
+    cache = {v["name"]: v for v in pod(sized, "worker")["volumes"]}["cache"]
+    assert cache == {"name": "cache", "emptyDir": {"sizeLimit": "50Gi"}}

@@ -63,11 +63,6 @@ _STATS_TIMEOUT_S = 0.05
 FATAL_AFTER_FAILURES = 3
 
 
-def _wake(signal: asyncio.Future[None]) -> None:
-    if not signal.done():
-        signal.set_result(None)
-
-
 class _TrtStream:
     __slots__ = (
         "_cached",
@@ -78,9 +73,8 @@ class _TrtStream:
         "_iter",
         "_output_tokens",
         "_prompt_tokens",
-        "_signal",
+        "_reader",
         "_timer",
-        "_waiter",
         "aborted",
         "request_id",
         "result",
@@ -98,8 +92,7 @@ class _TrtStream:
         self._done = False
         self.aborted = False
         self._expired = False  # the abort grace ran out with no final response
-        self._waiter: asyncio.Future[Any] | None = None  # the pending read of the next output
-        self._signal: asyncio.Future[None] | None = None  # wakes __anext__: an output, or the grace ran out
+        self._reader: asyncio.Task[Any] | None = None  # the task waiting in __anext__, if one is
         self._timer: asyncio.TimerHandle | None = None
 
     def __aiter__(self) -> _TrtStream:
@@ -108,21 +101,19 @@ class _TrtStream:
     async def __anext__(self) -> Step:
         if self._done:
             raise StopAsyncIteration
-        waiter = self._waiter
-        if waiter is None:
-            waiter = self._waiter = asyncio.ensure_future(self._iter.__anext__())
-        if not waiter.done() and not self._expired:
-            signal = self._signal = asyncio.get_running_loop().create_future()
-            waiter.add_done_callback(lambda _f: _wake(signal))
-            await signal
-        if not waiter.done():
-            # Aborted, and no final response within the grace: TensorRT-LLM drops a cancelled request
-            # that is still queued without one (PyExecutor._handle_canceled_requests), so never wait.
-            waiter.cancel()
+        if self._expired:
             return self._final_abort()
-        self._waiter = None
+        # Read the next output directly (no task per step); `_expire` cancels this read if an aborted
+        # request's final response does not come within the grace.
+        task = self._reader = asyncio.current_task()
         try:
-            out = waiter.result()
+            out = await self._iter.__anext__()
+        except asyncio.CancelledError:
+            if self._expired and task is not None and task.uncancel() == 0:
+                # Aborted, and no final response within the grace: TensorRT-LLM drops a cancelled
+                # request that is still queued without one (PyExecutor._handle_canceled_requests).
+                return self._final_abort()
+            raise
         except StopAsyncIteration:
             if self.aborted:
                 return self._final_abort()
@@ -132,6 +123,8 @@ class _TrtStream:
             self._finish()
             self._engine._request_failed(exc)
             raise EngineError(f"TensorRT-LLM: {exc}") from exc
+        finally:
+            self._reader = None
         completion = out.outputs[0]
         try:
             if self._first:
@@ -177,15 +170,13 @@ class _TrtStream:
 
     def _expire(self) -> None:
         self._expired = True
-        if self._signal is not None:
-            _wake(self._signal)
+        if self._reader is not None:
+            self._reader.cancel()
 
     def _finish(self) -> None:
         self._done = True
         if self._timer is not None:
             self._timer.cancel()
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.cancel()
         self._engine._requests.pop(self.request_id, None)
 
     async def aclose(self) -> None:

@@ -244,9 +244,20 @@ class KvEventTranslator:
             assert isinstance(event, Mapping)
         event_id = event.get("event_id")
         if isinstance(event_id, int):
-            if self._last_event_id is not None and event_id > self._last_event_id + 1:
+            # Against the highest id seen (not the last): whether the ids count per attention
+            # window or across windows, interleaved windows never look like a loss.
+            last = self._last_event_id
+            gap = last is not None and event_id > last + 1
+            self._last_event_id = event_id if last is None else max(last, event_id)
+            if gap:
+                # TensorRT-LLM's event buffer overflowed: what we publish no longer matches its
+                # cache. Resync: clear (the router forgets this worker's blocks rather than route to
+                # blocks that may be gone) and rebuild from the events that follow.
                 self.engine_gaps += 1
-            self._last_event_id = event_id
+                return self.reset() + self._translate(event)
+        return self._translate(event)
+
+    def _translate(self, event: Mapping[str, Any]) -> list[KvEvent]:
         window = event.get("window_size")
         if isinstance(window, int):
             if self._window is None or window > self._window:

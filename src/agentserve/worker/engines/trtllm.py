@@ -9,9 +9,14 @@ unit-tested); this module does the I/O:
   (loading takes minutes), merging the extra LLM-API options YAML.
 - `generate()` calls `generate_async(prompt token ids, SamplingParams(max_tokens=…, …),
   streaming=True)` and streams `token_ids_diff`/`text_diff`; `cached_tokens` comes from the result.
-- Closing a stream (or `abort()`) calls the result's `abort()`.
-- Two background tasks poll `get_kv_cache_events_async()` (translated, then published to
-  subscribers) and `get_stats_async()` (KV usage and queue depth for `load()`).
+  A missing `cached_tokens` (an older release) is a fatal error, never a silent 0.
+- Closing a stream (or `abort()`) calls the result's `abort()`, then waits at most
+  `ABORT_GRACE_S` for the final `cancelled` response: a request still in the executor's queue is
+  dropped without one, so the stream ends as `abort` either way.
+- Background tasks poll `get_kv_cache_events_async()` (translated, then published to
+  subscribers) and `get_stats_async()` (KV usage and queue depth for `load()`), re-arming the
+  shared `IterationResult` each time; a third probes the executor's health (`ready` turns false
+  and `fatal_error` is set when it dies).
 
 TensorRT-LLM's PyTorch LLM API has no per-request queue priority (FCFS only): `priority` is ignored.
 """

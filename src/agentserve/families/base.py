@@ -23,6 +23,11 @@ class Family:
     model_patterns: tuple[str, ...] = ()
     # The usual chat template leaves the prompt inside an open reasoning block.
     starts_in_reasoning: bool = False
+    # The special tokens that end the model's turn, the one that ends a tool-call turn first. Every
+    # engine stops on them (the frontend sends them with each request, kept in the output). Without
+    # them a call turn runs past its terminator (gpt-oss's tokenizer EOS is `<|return|>`, not
+    # `<|call|>`) and the model invents the tool's result. trtllm-serve's harmony path adds the same.
+    stop_tokens: tuple[str, ...] = ()
     _compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -37,4 +37,5 @@ FAMILY = Family(
     aliases=("deepseek_r1", "deepseekr1", "deepseek-r1-0528"),
     model_patterns=(r"deepseek-r1",),
     starts_in_reasoning=True,
+    stop_tokens=("<｜end▁of▁sentence｜>",),
 )

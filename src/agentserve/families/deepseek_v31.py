@@ -237,4 +237,5 @@ FAMILY = Family(
     ),
     # V3.2 writes DSML, another format: not this family.
     model_patterns=(r"deepseek-v3(?!\.[2-9])",),
+    stop_tokens=("<｜end▁of▁sentence｜>",),
 )

@@ -186,4 +186,5 @@ FAMILY = Family(
     make_parser=make_parser,
     aliases=("glm45", "glm4.5", "glm-4.6", "glm46", "glm47", "glm-4.7", "glm-5", "glm5", "glm", "glm4-moe"),
     model_patterns=(r"glm-?4\.[567]", r"glm-?5"),
+    stop_tokens=("<|observation|>", "<|user|>"),
 )

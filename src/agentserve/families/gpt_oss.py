@@ -312,4 +312,5 @@ FAMILY = Family(
     make_parser=make_parser,
     aliases=("harmony", "gpt_oss", "openai", "gptoss"),
     model_patterns=(r"gpt-oss",),
+    stop_tokens=(CALL, RETURN),
 )

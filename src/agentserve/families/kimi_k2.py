@@ -155,4 +155,5 @@ FAMILY = Family(
     make_parser=make_parser,
     aliases=("kimi_k2", "kimi-k2.5", "kimi-k25", "kimi-k2-thinking"),
     model_patterns=(r"kimi-k2",),
+    stop_tokens=("<|im_end|>",),
 )

@@ -51,4 +51,5 @@ FAMILY = Family(
     make_parser=make_parser,
     aliases=("llama3_json", "llama3", "llama-3.1", "llama-3"),
     model_patterns=(r"llama-?3[._][123](?!\d)",),
+    stop_tokens=("<|eom_id|>", "<|eot_id|>"),
 )

@@ -221,5 +221,6 @@ FAMILY = Family(
     make_parser=make_parser,
     aliases=("minimax_m2", "minimax", "minimax-m2.1", "minimax-m2.5", "minimax-m2.7"),
     model_patterns=(r"minimax-?m2",),
+    stop_tokens=("[e~[",),
     starts_in_reasoning=True,
 )

@@ -195,4 +195,5 @@ FAMILY = Family(
     make_parser=make_parser,
     aliases=("magistral", "devstral", "mixtral", "ministral"),
     model_patterns=(r"mistral", r"mixtral", r"magistral", r"devstral", r"ministral"),
+    stop_tokens=("</s>",),
 )

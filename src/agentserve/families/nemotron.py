@@ -48,4 +48,5 @@ FAMILY = Family(
         r"llama-?3[._]\d+-nemotron-(nano|super|ultra)",
         r"nemotron-(nano|super|ultra)-(\d+b-)?v\d",
     ),
+    stop_tokens=("<|eot_id|>",),
 )

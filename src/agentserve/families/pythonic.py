@@ -51,4 +51,5 @@ FAMILY = Family(
     make_parser=make_parser,
     aliases=("llama4_pythonic", "llama-4", "llama4", "olmo-3", "olmo3"),
     model_patterns=(r"llama-?4", r"olmo-?3"),
+    stop_tokens=("<|eot_id|>", "<|eom_id|>", "<|eot|>", "<|eom|>"),
 )

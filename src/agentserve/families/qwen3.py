@@ -39,4 +39,5 @@ FAMILY = Family(
     make_parser=make_parser,
     aliases=("hermes", "qwen25", "qwen", "qwq"),
     model_patterns=(r"qwen3(?!-?coder|\.5|-?next)", r"qwq", r"hermes", r"qwen2\.5"),
+    stop_tokens=("<|im_end|>",),
 )

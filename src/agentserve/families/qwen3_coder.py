@@ -261,4 +261,5 @@ FAMILY = Family(
         r"nemotron-?3(?![\d.])",
         r"step-?3\.5",
     ),
+    stop_tokens=("<|im_end|>",),
 )

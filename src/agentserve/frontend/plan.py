@@ -5,6 +5,9 @@ Nothing here does I/O; `generate.py` is the edge that runs what these functions 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 from agentserve.api.errors import ContextLengthError
 from agentserve.api.options import GenerationOptions
 from agentserve.api.request import DecodedRequest
@@ -31,9 +34,36 @@ def output_budget(requested: int | None, prompt_tokens: int, context_window: int
     return max(1, min(requested, room))
 
 
-def sampling_params(options: GenerationOptions, max_tokens: int) -> SamplingParams:
-    """Engine sampling settings. Stop strings are matched by the frontend (`stops.StopMatcher`), so
-    it knows which one ended the turn; the engine only sees the token budget and the samplers."""
+@dataclass(frozen=True, slots=True)
+class EngineStops:
+    """The family's end-of-turn tokens as the engine takes them: ids where the tokenizer has the token
+    as one id (how trtllm-serve passes them), strings otherwise."""
+
+    token_ids: tuple[int, ...] = ()
+    strings: tuple[str, ...] = ()
+
+
+def engine_stops(stop_tokens: Sequence[str], token_id: Callable[[str], int | None]) -> EngineStops:
+    """Resolve a family's `stop_tokens` once per deployment (not per request)."""
+    ids: list[int] = []
+    strings: list[str] = []
+    for token in dict.fromkeys(stop_tokens):
+        found = token_id(token)
+        if found is None:
+            strings.append(token)
+        else:
+            ids.append(found)
+    return EngineStops(tuple(ids), tuple(strings))
+
+
+def sampling_params(
+    options: GenerationOptions, max_tokens: int, stops: EngineStops = EngineStops()
+) -> SamplingParams:
+    """Engine sampling settings. User stop strings are matched by the frontend (`stops.StopMatcher`),
+    so it knows which one ended the turn; the engine sees the token budget, the samplers and the
+    family's end-of-turn tokens, which it keeps in the output (`include_stop`): the family's parser
+    reads the terminator (`<|call|>` dispatches a gpt-oss call) and the session's token ids stay
+    those the next turn's prompt renders."""
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=options.temperature,
@@ -42,6 +72,9 @@ def sampling_params(options: GenerationOptions, max_tokens: int) -> SamplingPara
         seed=options.seed,
         presence_penalty=options.presence_penalty,
         frequency_penalty=options.frequency_penalty,
+        stop=stops.strings,
+        stop_token_ids=stops.token_ids,
+        include_stop=bool(stops.token_ids or stops.strings),
     )
 
 

@@ -37,7 +37,13 @@ from agentserve.frontend.backend import Backend
 from agentserve.frontend.generate import Generation
 from agentserve.frontend.http import ChunkWriter
 from agentserve.frontend.models import served_models
-from agentserve.frontend.plan import generation_hints, output_budget, route_request, sampling_params
+from agentserve.frontend.plan import (
+    engine_stops,
+    generation_hints,
+    output_budget,
+    route_request,
+    sampling_params,
+)
 from agentserve.frontend.relay import Relay
 from agentserve.frontend.surfaces import Context, StreamWriter, Surface, stream_response_id
 from agentserve.parsing.stream import ParserOptions
@@ -101,6 +107,8 @@ class Frontend:
             dispatch=config.enable_streaming_tool_dispatch,
         )
         self.drift = DriftDetector(pipeline.tokenizer.decode)
+        # The family's end-of-turn tokens, sent with every request (resolved once, not per request).
+        self.stops = engine_stops(pipeline.family.stop_tokens, pipeline.tokenizer.token_id)
         self._prompt_lengths: OrderedDict[str, int] = OrderedDict()  # session → last prompt's length
         self.context_window = self.models[0].context_window
 
@@ -196,9 +204,10 @@ class Frontend:
         generate = GenerateRequest(
             request_id=p.request_id,
             prompt_token_ids=prompt.token_ids,
-            sampling=sampling_params(request.options, p.max_tokens),
+            sampling=sampling_params(request.options, p.max_tokens, self.stops),
             priority=request.nvext.agent_hints.priority or 0,
             hints=generation_hints(request.conversation),
+            cache_salt=request.nvext.cache_salt,
         )
         route = route_request(request, prompt.block_hashes, len(prompt.token_ids), p.identity.session_id)
         try:

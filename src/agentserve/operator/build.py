@@ -183,6 +183,17 @@ def _s(get: Callable[[AgentServingDeploymentSpec], Any]) -> Callable[[Ctx], Any]
     return lambda ctx: get(ctx.spec)
 
 
+def inflight_limit(spec: AgentServingDeploymentSpec) -> int:
+    """The router's in-flight limit per worker: the spec's, else the engine's batch size. More than the
+    batch would queue requests inside TensorRT-LLM, where the router cannot reorder them."""
+    if spec.router.max_inflight_per_worker is not None:
+        return spec.router.max_inflight_per_worker
+    batch = (spec.workers.llm_api_options or {}).get("max_batch_size")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1:
+        return batch
+    return WorkerConfig.model_fields["max_batch_size"].default  # type: ignore[no-any-return]
+
+
 MAPPINGS: tuple[Mapping, ...] = (
     # model
     Mapping("model.name", "frontend", "model", _s(lambda s: s.model.name)),
@@ -254,6 +265,13 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("router.temperature", "router", "temperature", _s(lambda s: s.router.temperature)),
     Mapping(
         "router.affinityTtlSeconds", "router", "affinity_ttl_s", _s(lambda s: s.router.affinity_ttl_seconds)
+    ),
+    Mapping(
+        "router.maxInflightPerWorker",
+        "router",
+        "max_inflight_per_worker",
+        _s(inflight_limit),
+        "default: llmApiOptions.max_batch_size, else the worker's max_batch_size",
     ),
     # workers
     Mapping("workers.engine", "worker", "engine", _s(lambda s: s.workers.engine)),
@@ -347,7 +365,6 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
         {
             "host",
             "workers",
-            "max_inflight_per_worker",
             "queue_max",
             "kv_events_timeout_s",
             "health_interval_s",
@@ -475,7 +492,13 @@ def _probes(component: Component, spec: AgentServingDeploymentSpec) -> dict[str,
     if component == "worker":
         period = 10
         startup = _http_probe(
-            "/health", "http", period, 5, -(-spec.workers.startup_timeout_seconds // period)
+            # /ready, not /health: /health answers while the weights load, so the startup
+            # timeout would enforce nothing.
+            "/ready",
+            "http",
+            period,
+            5,
+            -(-spec.workers.startup_timeout_seconds // period),
         )
         return {
             "startupProbe": startup,
@@ -561,10 +584,17 @@ def _placement(spec: AgentServingDeploymentSpec, component: Component) -> dict[s
 def _volumes(
     spec: AgentServingDeploymentSpec, target: Target, component: Component
 ) -> tuple[list[Any], list[Any]]:
+    cache: dict[str, Any] = {"name": "cache", "emptyDir": {}}
+    if component == "worker":
+        worker_cache = spec.workers.cache
+        if worker_cache.claim_name is not None:
+            cache = {"name": "cache", "persistentVolumeClaim": {"claimName": worker_cache.claim_name}}
+        elif worker_cache.size_limit is not None:
+            cache = {"name": "cache", "emptyDir": {"sizeLimit": str(worker_cache.size_limit)}}
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": target.config_map}},
         {"name": "tmp", "emptyDir": {}},
-        {"name": "cache", "emptyDir": {}},
+        cache,
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
@@ -642,6 +672,13 @@ def _container(spec: AgentServingDeploymentSpec, target: Target, component: Comp
         {"name": "HF_HOME", "value": posixpath.join(CACHE_DIR, "huggingface")},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
+    if component == "worker":
+        # Compile caches on the cache volume (workers.cache); the rest (TensorRT-LLM, FlashInfer JIT,
+        # Hugging Face) already lands under HOME / XDG_CACHE_HOME there.
+        defaults += [
+            {"name": "TORCHINDUCTOR_CACHE_DIR", "value": posixpath.join(CACHE_DIR, "torchinductor")},
+            {"name": "TRITON_CACHE_DIR", "value": posixpath.join(CACHE_DIR, "triton")},
+        ]
     if spec.model.source is not None:
         defaults.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     _, mounts = _volumes(spec, target, component)
@@ -701,11 +738,16 @@ def _deployment(
         pod["priorityClassName"] = cs.priority_class_name
     if cs.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": s.name} for s in cs.image_pull_secrets]
-    if component == "worker":
-        # A new worker needs GPUs the old one holds: replace in place rather than surge.
+    body: dict[str, Any] = {}
+    if component == "worker" and spec.workers.update_strategy == "replace":
+        # No spare GPUs for a new worker: stop an old one first (capacity dips one worker per step).
         strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     else:
+        # The old pods keep serving until the new one is ready (at 1 replica the model never goes down).
         strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    if component == "worker":
+        # A model load can take hours: only a rollout slower than the startup timeout is stuck.
+        body["progressDeadlineSeconds"] = spec.workers.startup_timeout_seconds + 600
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -715,6 +757,7 @@ def _deployment(
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(target, component)},
             "strategy": strategy,
+            **body,
             "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod},
         },
     }

@@ -331,6 +331,13 @@ class RouterSpec(ComponentSpec):
     )
     temperature: float = Field(0.0, ge=0, description="softmax temperature over costs (0: argmin)")
     affinity_ttl_seconds: float = Field(300.0, ge=0, description="session affinity lifetime")
+    max_inflight_per_worker: int | None = Field(
+        None,
+        ge=1,
+        le=65536,
+        description="requests routed to one worker before new ones wait in the router's priority queue "
+        "(default: the engine's max_batch_size, so no request waits unseen in the engine's own queue)",
+    )
 
 
 class KvCacheSpec(_Spec):
@@ -341,6 +348,19 @@ class KvCacheSpec(_Spec):
     free_gpu_memory_fraction: float = Field(
         0.9, gt=0, le=1, description="share of free GPU memory (after weights) given to the KV cache"
     )
+
+
+class WorkerCacheSpec(_Spec):
+    """Where workers keep what they compile and download (torch.compile/Triton/TensorRT-LLM JIT kernels,
+    Hugging Face files): on a claim they outlive a restart, so a restarted worker does not recompile
+    for minutes before it is ready again."""
+
+    claim_name: ObjectName | None = Field(
+        None,
+        description="PersistentVolumeClaim (ReadWriteMany when several workers share it) for the caches; "
+        "default: an emptyDir, lost with the pod",
+    )
+    size_limit: Quantity | None = Field(None, description="sizeLimit of the emptyDir (without claimName)")
 
 
 class WorkersSpec(ComponentSpec):
@@ -359,7 +379,19 @@ class WorkersSpec(ComponentSpec):
     )
     shm_size: Quantity = Field("16Gi", description="size of the /dev/shm memory volume")
     startup_timeout_seconds: int = Field(
-        7200, ge=60, le=86400, description="time allowed for the first /health (weights, graphs, autotune)"
+        7200,
+        ge=60,
+        le=86400,
+        description="time allowed until the model is loaded (/ready: weights, graphs, autotune); also "
+        "the rollout's progress deadline",
+    )
+    cache: WorkerCacheSpec = Field(
+        WorkerCacheSpec.model_validate({}), description="compile and download caches of the workers"
+    )
+    update_strategy: Literal["surge", "replace"] = Field(
+        "surge",
+        description="surge: a new worker loads beside the old ones, which keep serving (needs the GPUs of "
+        "one more worker); replace: an old worker stops first (no spare GPUs; capacity dips per step)",
     )
 
     rules = (

@@ -35,6 +35,10 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
+    # TensorRT-LLM's `include_stop_str_in_output` (default False: a matched stop token/string is cut
+    # from the output). The frontend sets it for the family's end-of-turn tokens so the parser and the
+    # drift detector see the model's raw output, terminator included.
+    include_stop: bool = False
     ignore_eos: bool = False  # keep generating until max_tokens (benchmarks)
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -92,6 +96,9 @@ class GenerateRequest:
     priority: int = 0  # higher is scheduled first (the sim honours it; FCFS within a priority)
     hints: Hints | None = None
     retention: Retention | None = None  # None: the engine's default (plain LRU)
+    # nvext.cache_salt: requests with different salts never share KV blocks (TensorRT-LLM
+    # `generate_async(cache_salt=…)`); the sim engine does not model salts.
+    cache_salt: str | None = None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -272,11 +272,19 @@ def create_app(
         return None
 
     async def health(request: Request) -> Response:
+        # An engine that knows it is dead (the TensorRT-LLM executor failed) fails liveness, so the
+        # kubelet restarts the pod instead of leaving it out of rotation for ever.
+        fatal = getattr(engine, "fatal_error", None)
+        if fatal:
+            return error_response(503, "engine_failed", str(fatal))
         return JSONResponse({"status": "ok"})
 
     async def ready(request: Request) -> Response:
         if engine.ready:
             return JSONResponse({"status": "ready"})
+        fatal = getattr(engine, "fatal_error", None)
+        if fatal:
+            return error_response(503, "engine_failed", str(fatal))
         if start_error:
             return error_response(503, "engine_failed", start_error[0])
         return error_response(503, "not_ready", "the model is loading")

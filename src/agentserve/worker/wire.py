@@ -83,11 +83,15 @@ def encode_request(request: GenerateRequest) -> Frame:
         sampling["stop_token_ids"] = list(s.stop_token_ids)
     if s.ignore_eos:
         sampling["ignore_eos"] = True
+    if s.include_stop:
+        sampling["include_stop"] = True
     body: Frame = {"token_ids": list(request.prompt_token_ids), "sampling": sampling}
     if request.request_id:
         body["request_id"] = request.request_id
     if request.priority:
         body["priority"] = request.priority
+    if request.cache_salt is not None:
+        body["cache_salt"] = request.cache_salt
     if request.hints is not None:
         h = request.hints
         body["hints"] = {
@@ -144,6 +148,7 @@ _SAMPLING_KEYS = frozenset(
         "stop",
         "stop_token_ids",
         "ignore_eos",
+        "include_stop",
         "presence_penalty",
         "frequency_penalty",
         "repetition_penalty",
@@ -154,7 +159,7 @@ _SAMPLING_KEYS = frozenset(
 def decode_request(data: Any) -> GenerateRequest:
     if not isinstance(data, Mapping):
         raise WireError("the request body must be an object")
-    unknown = set(data) - {"request_id", "token_ids", "sampling", "priority", "hints"}
+    unknown = set(data) - {"request_id", "token_ids", "sampling", "priority", "hints", "cache_salt"}
     if unknown:
         raise WireError(f"unknown fields: {', '.join(sorted(map(str, unknown)))}")
     if "token_ids" not in data:
@@ -178,6 +183,9 @@ def decode_request(data: Any) -> GenerateRequest:
     ignore_eos = raw.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise WireError("sampling.ignore_eos must be a boolean")
+    include_stop = raw.get("include_stop", False)
+    if not isinstance(include_stop, bool):
+        raise WireError("sampling.include_stop must be a boolean")
     sampling = SamplingParams(
         max_tokens=max_tokens,
         temperature=_opt(raw, "temperature", num, w),
@@ -188,6 +196,7 @@ def decode_request(data: Any) -> GenerateRequest:
         stop=_strings(raw, "stop", w),
         stop_token_ids=tuple(_token_ids(raw.get("stop_token_ids") or [], "sampling.stop_token_ids")),
         ignore_eos=ignore_eos,
+        include_stop=include_stop,
         presence_penalty=_opt(raw, "presence_penalty", num, w),
         frequency_penalty=_opt(raw, "frequency_penalty", num, w),
         repetition_penalty=_opt(raw, "repetition_penalty", num, w),
@@ -208,7 +217,10 @@ def decode_request(data: Any) -> GenerateRequest:
             _opt(raw_hints, "last_user_message", str, "hints."),
             _opt(raw_hints, "last_message", str, "hints."),
         )
-    return GenerateRequest(rid, ids, sampling, priority, hints)
+    salt = data.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt or len(salt) > 256):
+        raise WireError("cache_salt must be a non-empty string of at most 256 characters")
+    return GenerateRequest(rid, ids, sampling, priority, hints, cache_salt=salt)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from agentserve.conversation import Reasoning
 
 ANSWER = "Paris is 18C and Rome is 21C."
 QUESTION = "What is the weather in Paris?"
+RUN_ON = "The tool returned 18C. HALLUCINATED."
 
 
 @pytest.fixture(scope="module", params=FAMILY_NAMES)
@@ -31,8 +32,11 @@ def family(
 ) -> Iterator[tuple[str, Served]]:
     name: str = request.param
     by_name = {c.name: c for c in cases(name)}
+    # Past its terminator the model would go on (invent the tool's result, call again): the engine must
+    # stop at the family's end-of-turn token, so none of that reaches the parser (issue 15 item 1).
+    call, answer = by_name["call"].raw, by_name["answer"].raw
     scenario = write_scenario(
-        tmp_path_factory.mktemp(name), [{"turn": 1, "output": by_name["call"].raw}], by_name["answer"].raw
+        tmp_path_factory.mktemp(name), [{"turn": 1, "output": call + RUN_ON + call}], answer + RUN_ON
     )
     with served({"script": scenario, "family": name, "model": f"{name}-sim"}) as s:
         yield name, s
@@ -144,3 +148,40 @@ def test_responses_tool_loop(family: tuple[str, Served]) -> None:
     assert first.usage is not None and second.usage is not None
     turn1 = first.usage.input_tokens + first.usage.output_tokens
     assert second.usage.input_tokens_details.cached_tokens >= reusable(turn1), name
+
+
+def test_gpt_oss_ten_turn_tool_loop(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """gpt-oss (the gpt-oss example's family) on the sim: ten tool calls in a row, each turn written
+    as a model that does not stop by itself would write it (the call, then an invented result and a
+    second call). Every turn must end at `<|call|>` with exactly its own call; then the answer."""
+    cities = [f"City{i}" for i in range(1, 11)]
+
+    def call(city: str) -> str:
+        return (
+            f"<|channel|>analysis<|message|>Check {city}.<|end|><|start|>assistant<|channel|>commentary "
+            f'to=functions.get_weather <|constrain|>json<|message|>{{"city": "{city}"}}<|call|>'
+        )
+
+    rules = [
+        {"turn": i + 1, "output": call(city) + RUN_ON + call("Nowhere")} for i, city in enumerate(cities)
+    ]
+    final = f"<|channel|>final<|message|>{ANSWER}<|return|>" + RUN_ON
+    scenario = write_scenario(tmp_path_factory.mktemp("gpt-oss-loop"), rules, final)
+    with served({"script": scenario, "family": "gpt-oss", "model": "gpt-oss-sim"}) as s:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="k", max_retries=0)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+        for city in cities:
+            reply = c.chat.completions.create(model="m", messages=messages, tools=CHAT_TOOLS)
+            message = reply.choices[0].message
+            assert reply.choices[0].finish_reason == "tool_calls"
+            assert message.tool_calls is not None and len(message.tool_calls) == 1, city
+            tool_call = message.tool_calls[0]
+            assert json.loads(tool_call.function.arguments) == {"city": city}
+            assert "HALLUCINATED" not in (message.content or "")
+            messages += [
+                {"role": "assistant", "content": message.content, "tool_calls": [tool_call.model_dump()]},
+                {"role": "tool", "tool_call_id": tool_call.id, "content": f"{city}: 18C"},
+            ]
+        last = c.chat.completions.create(model="m", messages=messages, tools=CHAT_TOOLS)
+        assert last.choices[0].message.content == ANSWER
+        assert last.choices[0].finish_reason == "stop"

@@ -204,3 +204,25 @@ def test_up_defaults() -> None:
     config = UpConfig.model_validate({})
     assert (config.host, config.model, config.workers) == ("127.0.0.1", "qwen3-sim", 2)
     assert get_family("qwen3").matches_model(config.model)
+
+
+def test_family_stop_tokens_go_to_the_engine_as_ids_or_strings_and_stay_in_the_output() -> None:
+    from agentserve.api.options import GenerationOptions
+    from agentserve.families import get_family
+    from agentserve.frontend.plan import engine_stops, sampling_params
+    from agentserve.prompt.tokenizer import embedded_tokenizer
+
+    tokenizer = embedded_tokenizer()
+    stops = engine_stops(get_family("gpt-oss").stop_tokens, tokenizer.token_id)
+    assert stops.token_ids == (tokenizer.token_id("<|call|>"), tokenizer.token_id("<|return|>"))
+    assert stops.strings == ()
+    # Llama 4's tokens are not in this tokenizer: they go as stop strings.
+    pythonic = engine_stops(get_family("pythonic").stop_tokens, tokenizer.token_id)
+    assert "<|eot|>" in pythonic.strings and tokenizer.token_id("<|eot_id|>") in pythonic.token_ids
+    sampling = sampling_params(GenerationOptions(model="m"), 100, stops)
+    assert sampling.stop_token_ids == stops.token_ids and sampling.include_stop
+    assert not sampling_params(GenerationOptions(model="m"), 100).include_stop
+    # Every family names its turn terminators, the call terminator first.
+    from agentserve.families import FAMILIES
+
+    assert all(f.stop_tokens for f in FAMILIES)

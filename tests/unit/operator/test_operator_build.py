@@ -155,6 +155,10 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"router": {"affinityTtlSeconds": 60}},
         {("router", "affinity_ttl_s"): 60.0},
     ),
+    "router.maxInflightPerWorker": (
+        {"router": {"maxInflightPerWorker": 64}},
+        {("router", "max_inflight_per_worker"): 64},
+    ),
     "workers.engine": ({"workers": {"engine": "sim"}}, {("worker", "engine"): "sim"}),
     "workers.tensorParallelSize": (
         {"workers": {"tensorParallelSize": 4}},
@@ -254,6 +258,8 @@ OBJECT_LEVEL = {
     "workers.gpusPerWorker",
     "workers.shmSize",
     "workers.startupTimeoutSeconds",
+    "workers.updateStrategy",
+    "workers.cache",
     "nodePool",
     "observability.serviceMonitor",
     "networkPolicy",
@@ -459,11 +465,14 @@ def test_probes_and_startup_budget() -> None:
     assert worker["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert worker["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     startup = worker["startupProbe"]
-    assert startup["httpGet"]["path"] == "/health"
+    assert startup["httpGet"]["path"] == "/ready"  # passes only once the model is loaded
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 3600
     assert startup["periodSeconds"] * (startup["failureThreshold"] - 1) < 3600
     default = container(objects(), "worker")["startupProbe"]
     assert default["periodSeconds"] * default["failureThreshold"] >= 7200
+    # A load of an hour is not a stuck rollout (the default deadline is 600 s).
+    assert get(objs, "Deployment", "coder-worker")["spec"]["progressDeadlineSeconds"] > 3600
+    assert "progressDeadlineSeconds" not in get(objs, "Deployment", "coder-frontend")["spec"]
     for component in ("frontend", "router"):
         c = container(objs, component)
         assert c["readinessProbe"]["httpGet"]["path"] == "/ready"
@@ -738,6 +747,40 @@ def test_signing_key_names_that_cannot_be_a_file_are_refused(key: str) -> None:
 def test_rollout_strategies() -> None:
     objs = objects()
     worker = get(objs, "Deployment", "coder-worker")["spec"]["strategy"]
-    assert worker["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    # The old workers serve until the new one is loaded: at 1 replica the model never goes down.
+    assert worker["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    replace = objects({"workers": {"updateStrategy": "replace"}})
+    strategy = get(replace, "Deployment", "coder-worker")["spec"]["strategy"]
+    assert strategy["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}  # no spare GPUs
     frontend = get(objs, "Deployment", "coder-frontend")["spec"]["strategy"]
     assert frontend["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_router_inflight_limit_defaults_to_the_engine_batch() -> None:
+    """More in flight than the engine's batch would queue requests inside TensorRT-LLM, where the
+    router cannot reorder them and a cancel of a queued request gets no response."""
+    from agentserve.operator.build import inflight_limit
+    from agentserve.operator.spec import AgentServingDeploymentSpec
+
+    def spec(extra: dict[str, Any]) -> AgentServingDeploymentSpec:
+        return AgentServingDeploymentSpec.model_validate(merge(BASE, extra))
+
+    assert inflight_limit(spec({"workers": {"llmApiOptions": {"max_batch_size": 128}}})) == 128
+    assert inflight_limit(spec({})) == 256  # the worker's max_batch_size default
+    assert inflight_limit(spec({"router": {"maxInflightPerWorker": 32}})) == 32
+
+
+def test_worker_caches_on_a_claim_survive_restarts() -> None:
+    objs = objects({"workers": {"cache": {"claimName": "jit-cache"}}})
+    volumes = {v["name"]: v for v in pod(objs, "worker")["volumes"]}
+    assert volumes["cache"] == {"name": "cache", "persistentVolumeClaim": {"claimName": "jit-cache"}}
+    env = {e["name"]: e.get("value") for e in container(objs, "worker")["env"]}
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(env["XDG_CACHE_HOME"])
+    assert env["TRITON_CACHE_DIR"].startswith(env["XDG_CACHE_HOME"])
+    assert {v["name"]: v for v in pod(objs, "frontend")["volumes"]}["cache"] == {
+        "name": "cache",
+        "emptyDir": {},
+    }
+    sized = objects({"workers": {"cache": {"sizeLimit": "50Gi"}}})
+    cache = {v["name"]: v for v in pod(sized, "worker")["volumes"]}["cache"]
+    assert cache == {"name": "cache", "emptyDir": {"sizeLimit": "50Gi"}}

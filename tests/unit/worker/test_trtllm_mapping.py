@@ -15,6 +15,8 @@ from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, Samp
 from agentserve.worker.engines.trtllm_mapping import (
     DEFAULT_EVENT_BUFFER_MAX_SIZE,
     KvEventTranslator,
+    MissingFieldError,
+    cached_tokens_of,
     deep_merge,
     finish_reason,
     llm_kwargs,
@@ -126,11 +128,18 @@ def test_lora_blocks_and_smaller_windows_and_updates_are_not_published() -> None
     assert tr.feed(update) == []
 
 
-def test_engine_event_id_gaps_are_counted() -> None:
+def test_an_engine_event_id_gap_resyncs_from_a_clear() -> None:
+    """Lost TensorRT-LLM events (its buffer overflowed): clear, then rebuild from what follows."""
     tr = KvEventTranslator(BS)
     tr.feed(stored(1, None, block(1, TOKENS[0:4])))
-    tr.feed(removed(5, 1))
+    out = tr.feed(stored(5, None, block(9, TOKENS[4:8])))
     assert tr.engine_gaps == 1
+    assert isinstance(out[0], AllCleared)
+    assert [h for e in out[1:] if isinstance(e, BlockStored) for h in e.block_hashes] == block_hashes(
+        TOKENS[4:8], BS
+    )
+    assert tr.snapshot().block_hashes == tuple(block_hashes(TOKENS[4:8], BS))
+    assert tr.feed(removed(6, 1)) == []  # a block from before the gap: already forgotten
 
 
 def test_sampling_params_map_with_explicit_max_tokens_and_raw_text() -> None:
@@ -246,3 +255,36 @@ def test_iteration_stats_give_kv_usage_and_queues() -> None:
         "waiting": 2,
     }
     assert load_from_stats(json.dumps({"numActiveRequests": 1})) == {"running": 1}
+
+
+def test_context_length_becomes_max_seq_len() -> None:
+    assert llm_kwargs(WorkerConfig(engine="trtllm", max_seq_len=131072))["max_seq_len"] == 131072
+    assert "max_seq_len" not in llm_kwargs(WorkerConfig(engine="trtllm"))  # the model's own
+
+
+def test_include_stop_maps_to_include_stop_str_in_output() -> None:
+    assert sampling_kwargs(SamplingParams(stop_token_ids=(5,)))["include_stop_str_in_output"] is False
+    kept = sampling_kwargs(SamplingParams(stop_token_ids=(5,), include_stop=True))
+    assert kept["include_stop_str_in_output"] is True and kept["stop_token_ids"] == [5]
+
+
+class _Result:
+    def __init__(self, **fields: object) -> None:
+        self.__dict__.update(fields)
+
+
+def test_cached_tokens_is_read_from_the_result_and_never_defaulted() -> None:
+    assert cached_tokens_of(_Result(cached_tokens=96)) == 96
+    with pytest.raises(MissingFieldError, match="no `cached_tokens`"):
+        cached_tokens_of(_Result())  # an older GenerationResult (no such attribute)
+    with pytest.raises(MissingFieldError):
+        cached_tokens_of(_Result(cached_tokens=None))
+
+
+def test_interleaved_attention_windows_are_not_a_gap() -> None:
+    tr = KvEventTranslator(BS)
+    for event_id, window in ((0, 4096), (0, 128), (1, 128), (1, 4096), (2, 4096)):
+        tr.feed(
+            {"event_id": event_id, "data": {"type": "removed", "block_hashes": []}, "window_size": window}
+        )
+    assert tr.engine_gaps == 0

@@ -79,6 +79,9 @@ def test_request_round_trips_through_json_and_msgpack() -> None:
         ({"token_ids": [1], "sampling": {"max_tokens": 1}, "hints": {"turn": 0}}, "at least 1"),
         ({"token_ids": [1], "sampling": {"max_tokens": 1}, "hints": {"mood": 1}}, "unknown hints"),
         ({"token_ids": [1], "sampling": {"max_tokens": 1}, "request_id": 5}, "request_id"),
+        ({"token_ids": [1], "sampling": {"max_tokens": 1, "include_stop": "yes"}}, "boolean"),
+        ({"token_ids": [1], "sampling": {"max_tokens": 1}, "cache_salt": 7}, "cache_salt"),
+        ({"token_ids": [1], "sampling": {"max_tokens": 1}, "cache_salt": ""}, "cache_salt"),
     ],
 )
 def test_bad_requests_are_explained(body: object, message: str) -> None:
@@ -204,3 +207,13 @@ def test_gap_detector_counts_lost_events_and_restarts() -> None:
     assert gaps.feed(10, 2) == 5
     assert gaps.feed(1, 1) == 0  # the engine restarted
     assert (gaps.lost, gaps.gaps, gaps.received) == (5, 2, 7)
+
+
+def test_family_stops_and_cache_salt_cross_the_wire() -> None:
+    sampling = SamplingParams(max_tokens=9, stop=("[e~[",), stop_token_ids=(39, 38), include_stop=True)
+    request = GenerateRequest("r", [1, 2], sampling, cache_salt="tenant-a")
+    body = encode_request(request)
+    for raw in (json.loads(json.dumps(body)), msgpack.unpackb(msgpack.packb(body))):
+        got = decode_request(raw)
+        assert got.sampling == sampling and got.cache_salt == "tenant-a"
+    assert decode_request(encode_request(GenerateRequest("r", [1]))).cache_salt is None

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from agentserve.conversation import FinishReason, Usage
@@ -257,14 +257,7 @@ class SimEngine:
         prompt_text = None if hints_complete(hints) else self.tokenizer.decode(prompt)
         text = self.policy.respond(context_for(hints, prompt_text))
         sampling = request.sampling
-        for stop in sampling.stop:
-            cut = text.find(stop) if stop else -1
-            if cut >= 0:
-                text = text[:cut]
-        ids = self.tokenizer.encode(text)
-        if sampling.stop_token_ids:
-            stops = set(sampling.stop_token_ids)
-            ids = list(itertools.takewhile(lambda t: t not in stops, ids))
+        ids = cut_at_stops(self.tokenizer.encode, text, sampling)
         pieces = token_pieces(self.tokenizer, ids)
         end_reason: FinishReason = "stop"
         limit = sampling.max_tokens
@@ -318,6 +311,29 @@ class SimEngine:
             if stream is not None:
                 stream.finish(reason, _usage(seq))
         self._hub.publish(outcome.events)
+
+
+def cut_at_stops(encode: Callable[[str], list[int]], text: str, sampling: SamplingParams) -> list[int]:
+    """The output token ids up to the first stop, as TensorRT-LLM ends a sequence.
+
+    Generation ends at the first stop string or stop token id; the stop itself stays in the output
+    only with `include_stop` (TensorRT-LLM's `include_stop_str_in_output`, default False:
+    `GenerationResultBase._handle_sequence` trims the matched stop word's ids from `token_ids`).
+    """
+    first: tuple[int, str] | None = None
+    for stop in sampling.stop:
+        at = text.find(stop) if stop else -1
+        if at >= 0 and (first is None or at < first[0]):
+            first = (at, stop)
+    if first is not None:
+        text = text[: first[0] + len(first[1])] if sampling.include_stop else text[: first[0]]
+    ids = encode(text)
+    if sampling.stop_token_ids:
+        stops = set(sampling.stop_token_ids)
+        for i, token in enumerate(ids):
+            if token in stops:
+                return ids[: i + 1] if sampling.include_stop else ids[:i]
+    return ids
 
 
 def _usage(seq: SimSequence) -> Usage:

@@ -9,9 +9,14 @@ unit-tested); this module does the I/O:
   (loading takes minutes), merging the extra LLM-API options YAML.
 - `generate()` calls `generate_async(prompt token ids, SamplingParams(max_tokens=…, …),
   streaming=True)` and streams `token_ids_diff`/`text_diff`; `cached_tokens` comes from the result.
-- Closing a stream (or `abort()`) calls the result's `abort()`.
-- Two background tasks poll `get_kv_cache_events_async()` (translated, then published to
-  subscribers) and `get_stats_async()` (KV usage and queue depth for `load()`).
+  A missing `cached_tokens` (an older release) is a fatal error, never a silent 0.
+- Closing a stream (or `abort()`) calls the result's `abort()`, then waits at most
+  `ABORT_GRACE_S` for the final `cancelled` response: a request still in the executor's queue is
+  dropped without one, so the stream ends as `abort` either way.
+- Background tasks poll `get_kv_cache_events_async()` (translated, then published to
+  subscribers) and `get_stats_async()` (KV usage and queue depth for `load()`), re-arming the
+  shared `IterationResult` each time; a third probes the executor's health (`ready` turns false
+  and `fatal_error` is set when it dies).
 
 TensorRT-LLM's PyTorch LLM API has no per-request queue priority (FCFS only): `priority` is ignored.
 """
@@ -25,6 +30,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentserve.config import WorkerConfig
+from agentserve.conversation import Usage
 from agentserve.worker.engine import (
     DuplicateRequestError,
     EngineError,
@@ -38,6 +44,9 @@ from agentserve.worker.engine import (
 )
 from agentserve.worker.engines.trtllm_mapping import (
     KvEventTranslator,
+    MissingFieldError,
+    cached_tokens_of,
+    clamp_cached,
     llm_kwargs,
     load_extra_options,
     load_from_stats,
@@ -50,10 +59,31 @@ log = logging.getLogger("agentserve.worker.trtllm")
 
 _POLL_MIN_S = 0.005
 _POLL_MAX_S = 0.1
+# How long an aborted request may take to deliver its final `cancelled` response (a running one
+# answers within an iteration; a queued one never does).
+ABORT_GRACE_S = 2.0
+# The stats poll's wait: iteration stats arrive one per iteration (tens of ms) while requests run.
+_STATS_TIMEOUT_S = 0.05
+# Consecutive requests failed by the executor (not by their input) after which the engine is dead.
+FATAL_AFTER_FAILURES = 3
 
 
 class _TrtStream:
-    __slots__ = ("_done", "_engine", "_first", "_iter", "_prompt_tokens", "aborted", "request_id", "result")
+    __slots__ = (
+        "_cached",
+        "_done",
+        "_engine",
+        "_expired",
+        "_first",
+        "_iter",
+        "_output_tokens",
+        "_prompt_tokens",
+        "_reader",
+        "_timer",
+        "aborted",
+        "request_id",
+        "result",
+    )
 
     def __init__(self, engine: TrtLlmEngine, request_id: str, result: Any, prompt_tokens: int) -> None:
         self._engine = engine
@@ -61,9 +91,14 @@ class _TrtStream:
         self.result = result
         self._iter = result.__aiter__()
         self._prompt_tokens = prompt_tokens
+        self._output_tokens = 0
+        self._cached = 0
         self._first = True
         self._done = False
         self.aborted = False
+        self._expired = False  # the abort grace ran out with no final response
+        self._reader: asyncio.Task[Any] | None = None  # the task waiting in __anext__, if one is
+        self._timer: asyncio.TimerHandle | None = None
 
     def __aiter__(self) -> _TrtStream:
         return self
@@ -71,25 +106,47 @@ class _TrtStream:
     async def __anext__(self) -> Step:
         if self._done:
             raise StopAsyncIteration
+        if self._expired:
+            return self._final_abort()
+        # Read the next output directly (no task per step); `_expire` cancels this read if an aborted
+        # request's final response does not come within the grace.
+        task = self._reader = asyncio.current_task()
         try:
             out = await self._iter.__anext__()
-        except StopAsyncIteration:
-            self._finish()
-            if self.aborted:
-                return Step([], "", None, "abort", None)
+        except asyncio.CancelledError:
+            if self._expired and task is not None and task.uncancel() == 0:
+                # Aborted, and no final response within the grace: TensorRT-LLM drops a cancelled
+                # request that is still queued without one (PyExecutor._handle_canceled_requests).
+                return self._final_abort()
             raise
-        except Exception as exc:  # the executor failed this request
+        except StopAsyncIteration:
+            if self.aborted:
+                return self._final_abort()
             self._finish()
+            raise
+        except Exception as exc:  # the executor failed this request (or itself)
+            self._finish()
+            self._engine._request_failed(exc)
             raise EngineError(f"TensorRT-LLM: {exc}") from exc
+        finally:
+            self._reader = None
         completion = out.outputs[0]
+        try:
+            if self._first:
+                self._cached = cached_tokens_of(out)
+        except MissingFieldError as exc:  # the wrong release: every request would misreport
+            self._finish()
+            self._engine._fail(str(exc))
+            raise EngineError(str(exc)) from exc
+        self._output_tokens = len(completion.token_ids)
         step = make_step(
             completion.token_ids_diff,
             completion.text_diff,
             finished=bool(out.finished),
             raw_finish_reason=completion.finish_reason,
-            cached_tokens=getattr(out, "cached_tokens", 0),
+            cached_tokens=self._cached,
             prompt_tokens=self._prompt_tokens,
-            output_tokens=len(completion.token_ids),
+            output_tokens=self._output_tokens,
             first=self._first,
             aborted=self.aborted,
         )
@@ -99,14 +156,32 @@ class _TrtStream:
             self._finish()
         return step
 
+    def _final_abort(self) -> Step:
+        self._finish()
+        usage = Usage(
+            self._prompt_tokens, self._output_tokens, clamp_cached(self._cached, self._prompt_tokens)
+        )
+        return Step([], "", 0 if self._first else None, "abort", usage)
+
     def abort(self) -> None:
-        if not self._done and not self.aborted:
-            self.aborted = True
-            self._engine._aborted += 1
-            self.result.abort()
+        if self._done or self.aborted:
+            return
+        self.aborted = True
+        self._engine._aborted += 1
+        self.result.abort()
+        # A running request answers with a final `cancelled` response; a queued one never does.
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._engine.abort_grace_s, self._expire)
+
+    def _expire(self) -> None:
+        self._expired = True
+        if self._reader is not None:
+            self._reader.cancel()
 
     def _finish(self) -> None:
         self._done = True
+        if self._timer is not None:
+            self._timer.cancel()
         self._engine._requests.pop(self.request_id, None)
 
     async def aclose(self) -> None:
@@ -131,6 +206,9 @@ class TrtLlmEngine:
         self._generated = 0
         self._finished = 0
         self._aborted = 0
+        self.abort_grace_s = ABORT_GRACE_S
+        self.fatal_error: str | None = None  # the executor died: not ready, /health fails
+        self._failures = 0
 
     @property
     def block_size(self) -> int:
@@ -138,7 +216,35 @@ class TrtLlmEngine:
 
     @property
     def ready(self) -> bool:
-        return self._llm is not None
+        return self._llm is not None and self.fatal_error is None
+
+    def _request_failed(self, exc: BaseException) -> None:
+        """A request ended in an executor error. PyExecutor._handle_errors fails every active request
+        with the same error when the executor itself fails; a few in a row with no success between
+        mean the engine is dead (no per-request input error reaches this path: those raise from
+        `generate_async`)."""
+        self._failures += 1
+        if self._failures >= FATAL_AFTER_FAILURES and self.fatal_error is None:
+            self._fail(f"the executor failed {self._failures} requests in a row: {exc}")
+
+    def _fail(self, reason: str) -> None:
+        log.error("TensorRT-LLM engine is dead: %s", reason)
+        self.fatal_error = reason
+
+    def probe(self) -> bool:
+        """The cheap periodic health probe: the executor has not shut down or died underneath us."""
+        if self._llm is None or self.fatal_error is not None:
+            return self.fatal_error is None
+        executor = getattr(self._llm, "_executor", None)
+        if executor is None:
+            self._fail("the LLM has no executor")
+        elif getattr(executor, "doing_shutdown", False):  # also set on a fatal executor error
+            self._fail(
+                f"the executor shut down: {getattr(executor, '_fatal_error', None) or 'no error given'}"
+            )
+        elif any(f.done() for f in getattr(executor, "mpi_futures", None) or ()):
+            self._fail("an MPI worker process of the executor exited")
+        return self.fatal_error is None
 
     async def start(self) -> None:
         if self._llm is not None:
@@ -159,6 +265,7 @@ class TrtLlmEngine:
         self._tasks = [
             loop.create_task(self._pump_events(), name="trtllm-kv-events"),
             loop.create_task(self._pump_stats(), name="trtllm-stats"),
+            loop.create_task(self._watch(), name="trtllm-health"),
         ]
 
     async def stop(self) -> None:
@@ -178,6 +285,8 @@ class TrtLlmEngine:
     def generate(self, request: GenerateRequest) -> _TrtStream:
         if self._llm is None:
             raise EngineNotReadyError("TensorRT-LLM is not loaded")
+        if self.fatal_error is not None:
+            raise EngineNotReadyError(f"TensorRT-LLM failed: {self.fatal_error}")
         if request.request_id in self._requests:
             raise DuplicateRequestError(f"request {request.request_id!r} is still running")
         prompt = list(request.prompt_token_ids)
@@ -185,10 +294,14 @@ class TrtLlmEngine:
             raise InvalidRequestError("the prompt has no tokens")
         try:
             params = self._sampling_cls(**sampling_kwargs(request.sampling))
-            result = self._llm.generate_async(prompt, sampling_params=params, streaming=True)
+            extra: dict[str, Any] = {}
+            if request.cache_salt is not None:  # only when set: older releases lack the argument
+                extra["cache_salt"] = request.cache_salt
+            result = self._llm.generate_async(prompt, sampling_params=params, streaming=True, **extra)
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(str(exc)) from exc
-        except RuntimeError as exc:  # "LLM is shutting down"
+        except RuntimeError as exc:  # "LLM is shutting down", or the executor died
+            self._fail(f"generate_async: {exc}")
             raise EngineNotReadyError(str(exc)) from exc
         stream = _TrtStream(self, request.request_id, result, len(prompt))
         self._requests[request.request_id] = stream
@@ -223,6 +336,7 @@ class TrtLlmEngine:
         )
 
     def _count_step(self, step: Step, prompt_tokens: int) -> None:
+        self._failures = 0
         self._generated += len(step.token_ids)
         if step.cached_tokens is not None:
             self._cached_tokens += step.cached_tokens
@@ -234,7 +348,7 @@ class TrtLlmEngine:
         while True:
             got = False
             try:
-                async for raw in self._llm.get_kv_cache_events_async(timeout=0):
+                async for raw in _poll(self._llm.get_kv_cache_events_async(timeout=0)):
                     got = True
                     self._hub.publish(self._translator.feed(raw))
             except Exception:
@@ -247,10 +361,33 @@ class TrtLlmEngine:
         while True:
             got = False
             try:
-                async for raw in self._llm.get_stats_async(timeout=0.01):
+                async for raw in _poll(self._llm.get_stats_async(timeout=_STATS_TIMEOUT_S)):
                     got = True
                     self._stats.update(load_from_stats(raw))
             except Exception:
                 log.exception("reading iteration stats failed")
             delay = _POLL_MIN_S * 2 if got else min(delay * 2, _POLL_MAX_S)
             await asyncio.sleep(delay)
+
+    async def _watch(self) -> None:
+        while self.probe():
+            await asyncio.sleep(_POLL_MAX_S * 10)
+
+
+async def _poll(source: Any) -> AsyncIterator[Any]:
+    """What one poll of `get_kv_cache_events_async` / `get_stats_async` holds, quietly empty when
+    there is nothing. Both hand out one shared `IterationResult` per LLM (executor.py): after a
+    poll times out it stays `_done` until `mark_undone()`, which TensorRT-LLM itself calls only
+    when a request is submitted, so without it the gauges freeze between requests. An empty queue
+    with `timeout=0` raises `asyncio.QueueEmpty` (result.py `IterationResult.__anext__` catches
+    only `TimeoutError`): that is the normal idle case, not an error."""
+    mark_undone = getattr(source, "mark_undone", None)
+    if mark_undone is not None:
+        mark_undone()
+    iterator = source.__aiter__()
+    while True:
+        try:
+            item = await iterator.__anext__()
+        except (StopAsyncIteration, asyncio.QueueEmpty):
+            return
+        yield item

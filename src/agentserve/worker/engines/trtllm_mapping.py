@@ -79,6 +79,8 @@ def llm_kwargs(config: WorkerConfig, extra: Mapping[str, Any] | None = None) -> 
             "event_buffer_max_size": DEFAULT_EVENT_BUFFER_MAX_SIZE,
         },
     }
+    if config.max_seq_len is not None:  # the deployment's model.contextLength
+        base["max_seq_len"] = config.max_seq_len
     merged = deep_merge(base, extra or {})
     kv = merged.get("kv_cache_config")
     if not isinstance(kv, Mapping):
@@ -105,7 +107,9 @@ def sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
         "detokenize": True,
         "skip_special_tokens": False,
         "spaces_between_special_tokens": False,
-        "include_stop_str_in_output": False,
+        # Whether a matched stop stays in token_ids/text (result.py `_handle_sequence` trims it
+        # when False); the frontend asks for it with the family's end-of-turn tokens.
+        "include_stop_str_in_output": params.include_stop,
     }
     for name in (
         "temperature",
@@ -143,6 +147,25 @@ def finish_reason(value: Any) -> FinishReason | None:
     if name in ("not_finished", "none"):
         return None
     return _FINISH.get(name, "error")
+
+
+class MissingFieldError(RuntimeError):
+    """A TensorRT-LLM result lacks a field this adapter reads: the release is not the one it was
+    written against. Never default it (a silent 0 would read as "no cache hits" forever)."""
+
+
+def cached_tokens_of(result: Any) -> int:
+    """Prompt tokens served from the KV cache, from the streamed result's `cached_tokens`."""
+    try:
+        value = result.cached_tokens
+    except AttributeError:
+        raise MissingFieldError(
+            "this TensorRT-LLM release's GenerationResult has no `cached_tokens`: prefix-cache hits "
+            "cannot be reported (the adapter needs a release that has it; see docs/worker.md)"
+        ) from None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise MissingFieldError(f"GenerationResult.cached_tokens is {value!r}, not a token count")
+    return value
 
 
 def clamp_cached(cached: int | None, prompt_tokens: int) -> int:
@@ -221,9 +244,20 @@ class KvEventTranslator:
             assert isinstance(event, Mapping)
         event_id = event.get("event_id")
         if isinstance(event_id, int):
-            if self._last_event_id is not None and event_id > self._last_event_id + 1:
+            # Against the highest id seen (not the last): whether the ids count per attention
+            # window or across windows, interleaved windows never look like a loss.
+            last = self._last_event_id
+            gap = last is not None and event_id > last + 1
+            self._last_event_id = event_id if last is None else max(last, event_id)
+            if gap:
+                # TensorRT-LLM's event buffer overflowed: what we publish no longer matches its
+                # cache. Resync: clear (the router forgets this worker's blocks rather than route to
+                # blocks that may be gone) and rebuild from the events that follow.
                 self.engine_gaps += 1
-            self._last_event_id = event_id
+                return self.reset() + self._translate(event)
+        return self._translate(event)
+
+    def _translate(self, event: Mapping[str, Any]) -> list[KvEvent]:
         window = event.get("window_size")
         if isinstance(window, int):
             if self._window is None or window > self._window:

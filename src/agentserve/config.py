@@ -101,6 +101,18 @@ class FrontendConfig(PromptConfig):
     )
     call_memory_turns: int = Field(4096, ge=1, description="assistant turns kept to restore client edits")
     response_store_size: int = Field(1024, ge=1, description="stored responses for previous_response_id")
+    state_url: str | None = Field(
+        None,
+        description="shared state store for replicas: redis://host:port/db (Redis or Valkey); "
+        "default: in this process",
+    )
+    state_entries: int = Field(65536, ge=1, description="entries the in-process state store keeps")
+    response_ttl_s: float = Field(
+        30 * 86400.0, gt=0, description="how long a stored response (store: true) is kept, in seconds"
+    )
+    call_memory_ttl_s: float = Field(
+        6 * 3600.0, gt=0, description="how long a remembered assistant turn is kept, in seconds"
+    )
 
 
 class UpConfig(FrontendConfig):

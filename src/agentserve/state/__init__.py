@@ -1,0 +1,5 @@
+"""State shared by frontend replicas: stored responses, remembered assistant turns (docs/state.md)."""
+
+from agentserve.state.store import InProcessStore, RedisStore, StateStore, StoreUnavailable, open_store
+
+__all__ = ["InProcessStore", "RedisStore", "StateStore", "StoreUnavailable", "open_store"]

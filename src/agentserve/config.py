@@ -101,6 +101,9 @@ class FrontendConfig(PromptConfig):
     )
     call_memory_turns: int = Field(4096, ge=1, description="assistant turns kept to restore client edits")
     response_store_size: int = Field(1024, ge=1, description="stored responses for previous_response_id")
+    migration_limit: int = Field(
+        3, ge=0, description="times one stream moves to another worker after its worker dies mid-stream"
+    )
     state_url: str | None = Field(
         None,
         description="shared state store for replicas: redis://host:port/db (Redis or Valkey); "

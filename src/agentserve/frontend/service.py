@@ -286,6 +286,18 @@ class Frontend:
 
     @staticmethod
     def _finished(p: Prepared, gen: Generation, reason: FinishReason, events: list[OutputEvent]) -> None:
+        for m in getattr(gen.stream, "migrations", ()):
+            gap = m.gap_s
+            log.info(
+                "%s migrated from %s to %s after %d tokens",
+                p.request_id,
+                m.from_worker,
+                m.to_worker,
+                m.resumed_tokens,
+            )
+            p.trace.migrated(
+                m.from_worker, m.to_worker, m.resumed_tokens, None if gap is None else gap * 1000
+            )
         finish = gen.finish
         usage = finish.usage if finish is not None else Usage(gen.prompt_tokens, gen.output_tokens)
         if reason in ("stop", "length") and any(type(e) is ToolCallEnd for e in events):

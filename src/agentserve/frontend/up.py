@@ -100,7 +100,7 @@ def build_up(
     if engines is None:
         engines = sim_engines(config, pipeline)
     router = RouterConfig.model_validate({"block_size": config.block_size})
-    backend = EngineBackend(engines, router)
+    backend = EngineBackend(engines, router, max_migrations=config.migration_limit)
     try:
         keys = keys if keys is not None else ApiKeys.load(config.api_keys_file)
     except OSError as exc:

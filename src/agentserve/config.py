@@ -101,6 +101,12 @@ class FrontendConfig(PromptConfig):
     )
     call_memory_turns: int = Field(4096, ge=1, description="assistant turns kept to restore client edits")
     response_store_size: int = Field(1024, ge=1, description="stored responses for previous_response_id")
+    drain_delay_s: float = Field(
+        5.0, ge=0, description="on SIGTERM: seconds not ready but still serving (endpoints update)"
+    )
+    drain_grace_s: float = Field(
+        120.0, ge=0, description="on SIGTERM: seconds open streams get to finish before exit"
+    )
     migration_limit: int = Field(
         3, ge=0, description="times one stream moves to another worker after its worker dies mid-stream"
     )
@@ -166,6 +172,12 @@ class WorkerConfig(_Config):
     host: str = Field("0.0.0.0", description="address to listen on")
     port: int = Field(8200, ge=0, le=65535, description="port of the generate API")
     kv_events_port: int = Field(5557, ge=0, le=65535, description="ZeroMQ PUB port for KV events")
+    drain_delay_s: float = Field(
+        2.0, ge=0, description="on SIGTERM: seconds refusing new requests before the listener closes"
+    )
+    drain_grace_s: float = Field(
+        120.0, ge=0, description="on SIGTERM: seconds running requests get to finish before exit"
+    )
     engine: Literal["sim", "trtllm"] = Field("sim", description="inference engine")
     model: str = Field("agentserve-sim", description="model name")
     model_path: str | None = Field(None, description="model directory (weights, tokenizer)")

@@ -36,6 +36,7 @@ from agentserve.api.errors import (
 from agentserve.api.request import DecodedRequest
 from agentserve.api.signing import Signer
 from agentserve.config import ApiName, FrontendConfig
+from agentserve.drain import DrainState
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.betas import BetaLog
 from agentserve.frontend.http import (
@@ -206,6 +207,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.frontend = frontend
+    app.state.drain = drain = DrainState()
     app.state.betas = betas
 
     def kind(request: Request) -> str:
@@ -393,8 +395,14 @@ def create_app(
     @app.get("/ready", summary="Readiness: at least one worker takes requests", tags=["ops"])
     async def ready() -> Response:
         # The key's fingerprint (never the key): replicas behind one Service must show the same one.
-        body = {"ready": backend.ready, **backend.describe(), "signing_key": frontend.ctx.signer.fingerprint}
-        return json_response(body, 200 if backend.ready else 503)
+        ready = backend.ready and not drain.draining
+        body = {
+            "ready": ready,
+            "draining": drain.draining,
+            **backend.describe(),
+            "signing_key": frontend.ctx.signer.fingerprint,
+        }
+        return json_response(body, 200 if ready else 503)
 
     @app.get("/metrics", summary="Prometheus metrics", tags=["ops"])
     async def metrics() -> Response:

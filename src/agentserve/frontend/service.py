@@ -284,9 +284,11 @@ class Frontend:
             p.scope, response_id, self.ctx.store.system(response_id, p.scope), history, dict(body)
         )
 
-    @staticmethod
-    def _finished(p: Prepared, gen: Generation, reason: FinishReason, events: list[OutputEvent]) -> None:
+    def _finished(
+        self, p: Prepared, gen: Generation, reason: FinishReason, events: list[OutputEvent]
+    ) -> None:
         for m in getattr(gen.stream, "migrations", ()):
+            self.state.metrics.migrations.inc()
             gap = m.gap_s
             log.info(
                 "%s migrated from %s to %s after %d tokens",

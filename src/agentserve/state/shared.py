@@ -90,6 +90,12 @@ class StateMetrics:
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0),
         )
         self.up = Gauge(f"{p}_up", "1 while the shared store answers.", ["backend"], registry=r)
+        # Not state, but the same "cluster-grade serving" family (router.dispatch migrations).
+        self.migrations = Counter(
+            "agentserve_stream_migrations",
+            "Streams moved to another worker after theirs died mid-stream.",
+            registry=r,
+        )
         self.up.labels(backend).set(1)
         self._backend = backend
 

@@ -115,6 +115,9 @@ class FrontendConfig(PromptConfig):
         description="shared state store for replicas: redis://host:port/db (Redis or Valkey); "
         "default: in this process",
     )
+    state_url_file: str | None = Field(
+        None, description="file holding the state URL (a mounted Secret; used when state_url is unset)"
+    )
     state_entries: int = Field(65536, ge=1, description="entries the in-process state store keeps")
     response_ttl_s: float = Field(
         30 * 86400.0, gt=0, description="how long a stored response (store: true) is kept, in seconds"

@@ -46,7 +46,7 @@ from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_pr
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
-from agentserve.state import open_store
+from agentserve.state import open_store, state_url
 from agentserve.state.shared import SharedState
 from agentserve.telemetry import RequestTelemetry, Telemetry
 from agentserve.worker.engine import GenerateRequest
@@ -103,7 +103,7 @@ class Frontend:
             dispatch=config.enable_streaming_tool_dispatch,
         )
         self.state = SharedState(
-            open_store(config.state_url, config.state_entries),
+            open_store(state_url(config), config.state_entries),
             self.ctx.memory,
             self.ctx.store,
             response_ttl_s=config.response_ttl_s,

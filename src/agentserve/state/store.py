@@ -12,8 +12,11 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
+
+from agentserve.config import ConfigError, FrontendConfig
 
 
 class StoreUnavailable(Exception):
@@ -175,6 +178,20 @@ class RedisStore:
 
     async def close(self) -> None:
         await self._client.aclose()
+
+
+def state_url(config: FrontendConfig) -> str | None:
+    """`state_url`, else the first line of `state_url_file` (a mounted Secret). Raises ConfigError
+    when the file cannot be read: a replica must not silently run with state of its own."""
+    if config.state_url or not config.state_url_file:
+        return config.state_url
+    try:
+        text = Path(config.state_url_file).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read state_url_file: {exc}") from exc
+    if not text:
+        raise ConfigError(f"state_url_file {config.state_url_file} is empty")
+    return text.splitlines()[0].strip()
 
 
 def open_store(url: str | None, max_entries: int = 8192) -> StateStore:

@@ -48,7 +48,9 @@ RULES = [
     },
     *QWEN3_RULES,
 ]
-WORKER_FLAGS = ("--family", "qwen3", "--sim-speedup", "1", "--drain-delay-s", "0")
+# A drain delay longer than the router's probe period: the router sees "draining" and routes around
+# the worker without interrupting its streams.
+WORKER_FLAGS = ("--family", "qwen3", "--sim-speedup", "1", "--drain-delay-s", "1")
 
 
 @dataclass
@@ -252,6 +254,25 @@ def test_a_worker_killed_during_40_streams_leaves_40_complete_streams(cluster: C
     assert all(o.output_tokens == reference.output_tokens for o in outs)  # usage counted once
     assert migrated >= 1, "the killed worker served some of the 40 streams"
     print(f"worker SIGKILL: 40/40 streams complete and identical, {migrated:.0f} migrated")
+
+
+def test_sigterm_on_a_worker_drains_it_and_every_stream_completes(cluster: Cluster) -> None:
+    urls = [u for u, _ in cluster.frontends[:2]]
+    (reference,) = asyncio.run(_streams(urls[:1], 1, lambda: None))
+    _, pid = cluster.workers[1]
+    proc = next(p for p in cluster.procs.procs if p.pid == pid)
+    before = sum(_metric(u, "agentserve_stream_migrations_total") for u in urls)
+    outs = asyncio.run(_streams(urls, 12, lambda: os.kill(pid, signal.SIGTERM)))
+    migrated = sum(_metric(u, "agentserve_stream_migrations_total") for u in urls) - before
+    assert migrated == 0, "a draining worker finishes its own streams: nothing to migrate"
+    for o in outs:
+        assert o.done and o.error is None and o.text == reference.text, _diff(reference.text, o.text)
+        assert o.output_tokens == reference.output_tokens
+    assert proc.wait(30) is not None  # it exits once its streams are done
+    print(
+        f"worker SIGTERM: {len(outs)}/{len(outs)} streams complete, {migrated:.0f} migrated, "
+        f"exit {proc.returncode}"
+    )
 
 
 def test_sigterm_on_a_frontend_finishes_its_streams(cluster: Cluster) -> None:

@@ -119,6 +119,9 @@ class FrontendConfig(PromptConfig):
         None, description="file holding the state URL (a mounted Secret; used when state_url is unset)"
     )
     state_entries: int = Field(65536, ge=1, description="entries the in-process state store keeps")
+    state_max_bytes: int = Field(
+        256 << 20, ge=1, description="bytes the in-process state store keeps (least recently used go first)"
+    )
     response_ttl_s: float = Field(
         30 * 86400.0, gt=0, description="how long a stored response (store: true) is kept, in seconds"
     )

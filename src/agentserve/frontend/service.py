@@ -103,7 +103,7 @@ class Frontend:
             dispatch=config.enable_streaming_tool_dispatch,
         )
         self.state = SharedState(
-            open_store(state_url(config), config.state_entries),
+            open_store(state_url(config), config.state_entries, config.state_max_bytes),
             self.ctx.memory,
             self.ctx.store,
             response_ttl_s=config.response_ttl_s,

@@ -407,6 +407,7 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "call_memory_turns",
             "response_store_size",
             "state_entries",
+            "state_max_bytes",
             "migration_limit",
         }
     ),

@@ -46,12 +46,15 @@ class StateStore(Protocol):
 
 
 class InProcessStore:
-    """Entries in this process, least recently used dropped past `max_entries`, expired on read."""
+    """Entries in this process, least recently used dropped past `max_entries` or `max_bytes`
+    (a stored response holds its whole history, so a long chain's entries grow with each turn),
+    expired on read."""
 
     name = "memory"
 
-    def __init__(self, max_entries: int = 8192) -> None:
+    def __init__(self, max_entries: int = 8192, max_bytes: int = 256 << 20) -> None:
         self._max = max_entries
+        self._max_bytes = max_bytes
         self._items: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._bytes = 0
         self._now = time.monotonic
@@ -84,7 +87,7 @@ class InProcessStore:
         self._drop(k)
         self._items[k] = (self._now() + ttl_s, value)
         self._bytes += len(value)
-        while len(self._items) > self._max:
+        while len(self._items) > self._max or (self._bytes > self._max_bytes and len(self._items) > 1):
             _, (_, old) = self._items.popitem(last=False)
             self._bytes -= len(old)
 
@@ -194,11 +197,11 @@ def state_url(config: FrontendConfig) -> str | None:
     return text.splitlines()[0].strip()
 
 
-def open_store(url: str | None, max_entries: int = 8192) -> StateStore:
+def open_store(url: str | None, max_entries: int = 8192, max_bytes: int = 256 << 20) -> StateStore:
     """The store a `state_url` names: None or "memory://" → in-process; redis:// rediss:// unix://
     → Redis/Valkey. Raises ValueError for any other scheme."""
     if not url or url.startswith("memory:"):
-        return InProcessStore(max_entries)
+        return InProcessStore(max_entries, max_bytes)
     scheme = urlsplit(url).scheme
     if scheme in ("redis", "rediss", "unix", "valkey", "valkeys"):
         if scheme.startswith("valkey"):

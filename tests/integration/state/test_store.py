@@ -65,6 +65,12 @@ async def test_in_process_store_is_bounded_and_sized() -> None:
         await s.put("turn", "", str(i), b"x" * 10, 60)
     assert len(s) == 3 and s.size_bytes == 30
     assert await s.get("turn", "", "0") is None and await s.get("turn", "", "4") == b"x" * 10
+    by_bytes = InProcessStore(100, max_bytes=25)
+    for i in range(5):
+        await by_bytes.put("resp", "", str(i), b"y" * 10, 60)
+    assert len(by_bytes) == 2 and by_bytes.size_bytes == 20
+    await by_bytes.put("resp", "", "big", b"z" * 40, 60)  # larger than the bound: kept alone
+    assert len(by_bytes) == 1 and await by_bytes.get("resp", "", "big") == b"z" * 40
 
 
 async def test_redis_outage_raises_store_unavailable() -> None:

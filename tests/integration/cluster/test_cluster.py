@@ -16,7 +16,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from redisproc import RedisProcess, redis_server
 
 pytestmark = pytest.mark.slow
 
-LONG_WORDS = 240
+LONG_WORDS = 400  # long enough that every stream is mid-way when a worker goes
 RULES = [
     {
         "match": "LONGSTORY",
@@ -59,6 +59,13 @@ class Cluster:
     router: str
     frontends: list[tuple[str, int]]
     procs: Processes
+    dead: set[int] = field(default_factory=set)  # worker pids killed or drained by a test
+
+
+def busiest(cluster: Cluster) -> int:
+    """The live worker running the most requests now (so a test's victim surely holds streams)."""
+    live = [(u, p) for u, p in cluster.workers if p not in cluster.dead]
+    return max(live, key=lambda w: httpx.get(w[0] + "/load", timeout=5).json()["running"])[1]
 
 
 @pytest.fixture(scope="module")
@@ -244,8 +251,15 @@ def test_a_worker_killed_during_40_streams_leaves_40_complete_streams(cluster: C
     (reference,) = asyncio.run(_streams(urls[:1], 1, lambda: None))
     assert reference.done and reference.error is None and reference.output_tokens
     before = sum(_metric(u, "agentserve_stream_migrations_total") for u in urls)
-    _, victim_pid = cluster.workers[0]
-    outs = asyncio.run(_streams(urls, 40, lambda: os.kill(victim_pid, signal.SIGKILL)))
+    killed: list[int] = []
+
+    def kill() -> None:
+        pid = busiest(cluster)
+        killed.append(pid)
+        os.kill(pid, signal.SIGKILL)
+
+    outs = asyncio.run(_streams(urls, 40, kill))
+    cluster.dead.update(killed)
     migrated = sum(_metric(u, "agentserve_stream_migrations_total") for u in urls) - before
     assert all(o.error is None for o in outs), [o.error for o in outs if o.error][:3]
     for o in outs:  # no seam: nothing lost or repeated
@@ -259,10 +273,18 @@ def test_a_worker_killed_during_40_streams_leaves_40_complete_streams(cluster: C
 def test_sigterm_on_a_worker_drains_it_and_every_stream_completes(cluster: Cluster) -> None:
     urls = [u for u, _ in cluster.frontends[:2]]
     (reference,) = asyncio.run(_streams(urls[:1], 1, lambda: None))
-    _, pid = cluster.workers[1]
-    proc = next(p for p in cluster.procs.procs if p.pid == pid)
+    drained: list[int] = []
+
+    def term() -> None:
+        pid = busiest(cluster)
+        drained.append(pid)
+        os.kill(pid, signal.SIGTERM)
+
     before = sum(_metric(u, "agentserve_stream_migrations_total") for u in urls)
-    outs = asyncio.run(_streams(urls, 12, lambda: os.kill(pid, signal.SIGTERM)))
+    outs = asyncio.run(_streams(urls, 12, term))
+    (pid,) = drained
+    cluster.dead.add(pid)
+    proc = next(p for p in cluster.procs.procs if p.pid == pid)
     migrated = sum(_metric(u, "agentserve_stream_migrations_total") for u in urls) - before
     assert migrated == 0, "a draining worker finishes its own streams: nothing to migrate"
     for o in outs:

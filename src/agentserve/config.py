@@ -101,6 +101,33 @@ class FrontendConfig(PromptConfig):
     )
     call_memory_turns: int = Field(4096, ge=1, description="assistant turns kept to restore client edits")
     response_store_size: int = Field(1024, ge=1, description="stored responses for previous_response_id")
+    drain_delay_s: float = Field(
+        5.0, ge=0, description="on SIGTERM: seconds not ready but still serving (endpoints update)"
+    )
+    drain_grace_s: float = Field(
+        120.0, ge=0, description="on SIGTERM: seconds open streams get to finish before exit"
+    )
+    migration_limit: int = Field(
+        3, ge=0, description="times one stream moves to another worker after its worker dies mid-stream"
+    )
+    state_url: str | None = Field(
+        None,
+        description="shared state store for replicas: redis://host:port/db (Redis or Valkey); "
+        "default: in this process",
+    )
+    state_url_file: str | None = Field(
+        None, description="file holding the state URL (a mounted Secret; used when state_url is unset)"
+    )
+    state_entries: int = Field(65536, ge=1, description="entries the in-process state store keeps")
+    state_max_bytes: int = Field(
+        256 << 20, ge=1, description="bytes the in-process state store keeps (least recently used go first)"
+    )
+    response_ttl_s: float = Field(
+        30 * 86400.0, gt=0, description="how long a stored response (store: true) is kept, in seconds"
+    )
+    call_memory_ttl_s: float = Field(
+        6 * 3600.0, gt=0, description="how long a remembered assistant turn is kept, in seconds"
+    )
 
 
 class UpConfig(FrontendConfig):
@@ -151,6 +178,12 @@ class WorkerConfig(_Config):
     host: str = Field("0.0.0.0", description="address to listen on")
     port: int = Field(8200, ge=0, le=65535, description="port of the generate API")
     kv_events_port: int = Field(5557, ge=0, le=65535, description="ZeroMQ PUB port for KV events")
+    drain_delay_s: float = Field(
+        2.0, ge=0, description="on SIGTERM: seconds refusing new requests before the listener closes"
+    )
+    drain_grace_s: float = Field(
+        120.0, ge=0, description="on SIGTERM: seconds running requests get to finish before exit"
+    )
     engine: Literal["sim", "trtllm"] = Field("sim", description="inference engine")
     model: str = Field("agentserve-sim", description="model name")
     model_path: str | None = Field(None, description="model directory (weights, tokenizer)")

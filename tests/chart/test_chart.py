@@ -161,6 +161,7 @@ _PLURAL = {
     "ConfigMap": "configmaps",
     "Service": "services",
     "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "NetworkPolicy": "networkpolicies",
     "ServiceMonitor": "servicemonitors",

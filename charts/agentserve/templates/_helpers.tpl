@@ -62,7 +62,7 @@ permission it grants in the router's Role (endpointslices), or the apiserver ref
   resources: ["secrets"]
   verbs: ["create"]
 - apiGroups: ["apps"]
-  resources: ["deployments"]
+  resources: ["deployments", "statefulsets"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]

@@ -36,6 +36,7 @@ from agentserve.api.errors import (
 from agentserve.api.request import DecodedRequest
 from agentserve.api.signing import Signer
 from agentserve.config import ApiName, FrontendConfig
+from agentserve.drain import DrainState
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.betas import BetaLog
 from agentserve.frontend.http import (
@@ -97,6 +98,7 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
             if api == "anthropic":
                 betas.note(headers.getlist("anthropic-beta"))
             body = parse_json(await read_body(request, config.max_body_bytes))
+            await frontend.state.prefetch(api, body, scope or "")
             decoded = surface.decode(body, frontend.ctx, scope or "")
             identity = decoded.agent_identity(headers)
             trace = frontend.trace(request_id, api, headers, decoded, identity)
@@ -195,6 +197,7 @@ def create_app(
             yield
         finally:
             await backend.stop()
+            await frontend.state.close()
             frontend.telemetry.close()
 
     app = _FrontendApp(
@@ -204,6 +207,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.frontend = frontend
+    app.state.drain = drain = DrainState()
     app.state.betas = betas
 
     def kind(request: Request) -> str:
@@ -255,6 +259,40 @@ def create_app(
                 **_spec(),
             )
 
+    if "responses" in enabled:
+
+        @app.get(
+            "/v1/responses/{response_id}",
+            summary="OpenAI Responses: retrieve a stored response",
+            tags=["responses"],
+        )
+        async def get_response(request: Request, response_id: str) -> Response:
+            rid = new_request_id()
+            try:
+                scope = keys.check(request.headers)
+                body = await frontend.state.response_body(scope or "", response_id)
+                if body is None:
+                    raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
+            except ApiError as error:
+                return error_response(error, "openai", rid)
+            return json_response(body, headers=id_headers(rid))
+
+        @app.delete(
+            "/v1/responses/{response_id}",
+            summary="OpenAI Responses: delete a stored response",
+            tags=["responses"],
+        )
+        async def delete_response(request: Request, response_id: str) -> Response:
+            rid = new_request_id()
+            try:
+                scope = keys.check(request.headers)
+                if not await frontend.state.delete_response(scope or "", response_id):
+                    raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
+            except ApiError as error:
+                return error_response(error, "openai", rid)
+            body = {"id": response_id, "object": "response.deleted", "deleted": True}
+            return json_response(body, headers=id_headers(rid))
+
     if "anthropic" in enabled:
         anthropic_surface = SURFACES["anthropic"]
         assert isinstance(anthropic_surface, AnthropicSurface)
@@ -271,6 +309,7 @@ def create_app(
                 scope = keys.check(request.headers)
                 betas.note(request.headers.getlist("anthropic-beta"))
                 body = parse_json(await read_body(request, config.max_body_bytes))
+                await frontend.state.prefetch("anthropic", body, scope or "")
                 decoded = anthropic_surface.decode_count_tokens(body, frontend.ctx, scope or "")
                 frontend.check_model(decoded.options.model)
                 tokens = len(frontend.render(decoded).token_ids)
@@ -356,8 +395,14 @@ def create_app(
     @app.get("/ready", summary="Readiness: at least one worker takes requests", tags=["ops"])
     async def ready() -> Response:
         # The key's fingerprint (never the key): replicas behind one Service must show the same one.
-        body = {"ready": backend.ready, **backend.describe(), "signing_key": frontend.ctx.signer.fingerprint}
-        return json_response(body, 200 if backend.ready else 503)
+        ready = backend.ready and not drain.draining
+        body = {
+            "ready": ready,
+            "draining": drain.draining,
+            **backend.describe(),
+            "signing_key": frontend.ctx.signer.fingerprint,
+        }
+        return json_response(body, 200 if ready else 503)
 
     @app.get("/metrics", summary="Prometheus metrics", tags=["ops"])
     async def metrics() -> Response:

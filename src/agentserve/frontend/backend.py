@@ -63,13 +63,16 @@ class EngineBackend:
         router_config: RouterConfig | None = None,
         *,
         max_attempts: int = 3,
+        max_migrations: int = 3,
     ) -> None:
         self.engines = dict(engines)
         self.router = RouterCore(router_config or RouterConfig.model_validate({}))
         self._transports: dict[str, WorkerTransport] = {
             w: EngineTransport(e) for w, e in self.engines.items()
         }
-        self.dispatcher = Dispatcher(self.router, lambda: self._transports, max_attempts=max_attempts)
+        self.dispatcher = Dispatcher(
+            self.router, lambda: self._transports, max_attempts=max_attempts, max_migrations=max_migrations
+        )
         self._feeds: list[asyncio.Task[None]] = []
         self._started = False
 
@@ -132,7 +135,7 @@ class RoutedBackend:
         from agentserve.router.remote import connect
 
         self.remote = await connect(self.config)
-        self._dispatcher = self.remote.dispatcher()
+        self._dispatcher = self.remote.dispatcher(max_migrations=self.config.migration_limit)
 
     async def stop(self) -> None:
         if self.remote is not None:

@@ -32,7 +32,7 @@ from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName, FrontendConfig
-from agentserve.conversation import FinishReason, OutputEvent, ToolCallEnd, Usage
+from agentserve.conversation import FinishReason, OutputEvent, ToolCallEnd, ToolCallStart, Usage
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.generate import Generation
 from agentserve.frontend.http import ChunkWriter
@@ -52,6 +52,8 @@ from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_pr
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
+from agentserve.state import open_store, state_url
+from agentserve.state.shared import SharedState
 from agentserve.telemetry import RequestTelemetry, Telemetry
 from agentserve.worker.engine import GenerateRequest
 from agentserve.worker.engine import InvalidRequestError as EngineInvalidRequest
@@ -105,6 +107,14 @@ class Frontend:
             memory=CallMemory(config.call_memory_turns),
             store=ResponseStore(config.response_store_size),
             dispatch=config.enable_streaming_tool_dispatch,
+        )
+        self.state = SharedState(
+            open_store(state_url(config), config.state_entries, config.state_max_bytes),
+            self.ctx.memory,
+            self.ctx.store,
+            response_ttl_s=config.response_ttl_s,
+            turn_ttl_s=config.call_memory_ttl_s,
+            registry=self.telemetry.metrics.registry,
         )
         self.drift = DriftDetector(pipeline.tokenizer.decode)
         # The family's end-of-turn tokens, sent with every request (resolved once, not per request).
@@ -234,8 +244,16 @@ class Frontend:
 
     # -- after the turn ----------------------------------------------------------------------------
 
-    def _after(self, p: Prepared, gen: Generation, events: list[OutputEvent], response_id: str) -> None:
-        """Remember a completed turn: call memory / response store, and the session's drift state."""
+    async def _after(
+        self,
+        p: Prepared,
+        gen: Generation,
+        events: list[OutputEvent],
+        response_id: str,
+        body: dict[str, object] | None = None,
+    ) -> None:
+        """Remember a completed turn: call memory / response store (written through to the shared
+        store once, before the client sees the end), and the session's drift state."""
         finish = gen.finish
         if finish is None or finish.reason in ("abort", "error"):
             return
@@ -249,10 +267,48 @@ class Frontend:
         calls = any(type(e) is ToolCallEnd for e in events)
         store = p.surface.name == "responses" and getattr(p.request, "store", False)
         if calls or store:
-            p.surface.remember(p.request, TurnAccumulator().feed_all(events), response_id, self.ctx, p.scope)
+            turn = TurnAccumulator().feed_all(events)
+            p.surface.remember(p.request, turn, response_id, self.ctx, p.scope)
+            if store:
+                await self._save_response(p, turn, response_id, body)
+            elif calls:
+                first = next(e for e in events if type(e) is ToolCallStart)
+                message = self.ctx.memory.turn(first.id, p.scope)
+                if message is not None:
+                    await self.state.save_turns(p.scope, (message,))
 
-    @staticmethod
-    def _finished(p: Prepared, gen: Generation, reason: FinishReason, events: list[OutputEvent]) -> None:
+    async def _save_response(
+        self, p: Prepared, turn: TurnAccumulator, response_id: str, body: dict[str, object] | None
+    ) -> None:
+        history = self.ctx.store.get(response_id, p.scope)
+        if history is None:
+            return
+        if body is None:  # streamed: the object GET /v1/responses/{id} serves, as `create` returns it
+            try:
+                body = dict(p.surface.build(turn, p.request, self.ctx, p.model, None)[0])
+            except ApiError:
+                return
+            body["id"] = response_id
+        await self.state.save_response(
+            p.scope, response_id, self.ctx.store.system(response_id, p.scope), history, dict(body)
+        )
+
+    def _finished(
+        self, p: Prepared, gen: Generation, reason: FinishReason, events: list[OutputEvent]
+    ) -> None:
+        for m in getattr(gen.stream, "migrations", ()):
+            self.state.metrics.migrations.inc()
+            gap = m.gap_s
+            log.info(
+                "%s migrated from %s to %s after %d tokens",
+                p.request_id,
+                m.from_worker,
+                m.to_worker,
+                m.resumed_tokens,
+            )
+            p.trace.migrated(
+                m.from_worker, m.to_worker, m.resumed_tokens, None if gap is None else gap * 1000
+            )
         finish = gen.finish
         usage = finish.usage if finish is not None else Usage(gen.prompt_tokens, gen.output_tokens)
         if reason in ("stop", "length") and any(type(e) is ToolCallEnd for e in events):
@@ -279,7 +335,7 @@ class Frontend:
                 log.exception("%s: the stream failed", p.request_id)
                 reason = "error"
                 relay.pending.append(writer.error(InternalError(f"internal error (request {p.request_id})")))
-            self._after(p, gen, relay.events, stream_response_id(writer) or p.request_id)
+            await self._after(p, gen, relay.events, stream_response_id(writer) or p.request_id)
         finally:
             await gen.release()
             self._finished(p, gen, reason, relay.events)
@@ -308,7 +364,7 @@ class Frontend:
             reason = finish.reason if finish is not None else "abort"
             turn = TurnAccumulator().feed_all(events)
             body, response_id = p.surface.build(turn, p.request, self.ctx, p.model, gen.stop_sequence)
-            self._after(p, gen, events, response_id)
+            await self._after(p, gen, events, response_id, body)
             return body
         finally:
             await batches.aclose()

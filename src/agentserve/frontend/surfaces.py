@@ -230,7 +230,7 @@ class ResponsesSurface:
     error_kind: ApiKind = "openai"
 
     def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
-        return responses.decode_responses(body, signer=ctx.signer, store=ctx.store)
+        return responses.decode_responses(body, signer=ctx.signer, store=ctx.store, scope=scope)
 
     def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
         encoder = responses.ResponsesStreamEncoder(
@@ -247,7 +247,7 @@ class ResponsesSurface:
     def remember(
         self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
     ) -> None:
-        ctx.store.remember(_responses_request(request), response_id, turn.message())
+        ctx.store.remember(_responses_request(request), response_id, turn.message(), scope)
 
 
 def stream_response_id(writer: StreamWriter) -> str | None:

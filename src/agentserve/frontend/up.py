@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-import uvicorn
 from fastapi import FastAPI
 
 from agentserve.api.signing import Signer
 from agentserve.config import ConfigError, FrontendConfig, RouterConfig, UpConfig, WorkerConfig
+from agentserve.drain import server as draining_server
 from agentserve.frontend.app import create_app
 from agentserve.frontend.backend import EngineBackend
 from agentserve.frontend.harness import harness_settings
@@ -100,7 +100,7 @@ def build_up(
     if engines is None:
         engines = sim_engines(config, pipeline)
     router = RouterConfig.model_validate({"block_size": config.block_size})
-    backend = EngineBackend(engines, router)
+    backend = EngineBackend(engines, router, max_migrations=config.migration_limit)
     try:
         keys = keys if keys is not None else ApiKeys.load(config.api_keys_file)
     except OSError as exc:
@@ -112,8 +112,12 @@ def build_up(
 async def serve(
     app: FastAPI, host: str, port: int, banner: Callable[[str], str] | None = None, out: TextIO = sys.stdout
 ) -> None:
-    """Run `app` until interrupted; once it listens, print `banner(base_url)`."""
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    """Run `app` until interrupted (SIGTERM: drained, see `agentserve.drain`); once it listens,
+    print `banner(base_url)`."""
+    config: FrontendConfig = app.state.frontend.config
+    server = draining_server(
+        app, host, port, app.state.drain, delay_s=config.drain_delay_s, grace_s=config.drain_grace_s
+    )
     task = asyncio.create_task(server.serve())
     for _ in range(3000):  # 30 s at most for startup
         if server.started or task.done():

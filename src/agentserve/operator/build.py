@@ -45,6 +45,11 @@ MODEL_DIR = "/models"
 CACHE_DIR = "/var/cache/agentserve"
 AUTH_DIR = "/etc/agentserve/auth"
 SIGNING_DIR = "/etc/agentserve/signing"
+STATE_DIR = "/etc/agentserve/state"
+VALKEY_PORT = 6379
+# Seconds a draining process stays listening but not ready (config drain_delay_s): the frontend's
+# covers the Service's endpoint update, a worker's the router's next health probe.
+DRAIN_DELAY: dict[str, float] = {"frontend": 5.0, "router": 0.0, "worker": 2.0}
 SECRET_FILE_MODE = 0o440  # owner root, group fsGroup (the frontend's): read-only, nobody else
 TRACE_DIR = "/var/lib/agentserve/traces"
 TEMPLATE_DIR = "/etc/agentserve/chat-template"
@@ -83,6 +88,11 @@ class Target:
     def signing_secret(self) -> str:
         """The Secret the operator creates for the signing key when the spec names none."""
         return f"{self.name}-signing-key"
+
+    @property
+    def state_service(self) -> str:
+        """The managed Valkey's Service and StatefulSet (`spec.state.managed`)."""
+        return f"{self.name}-state"
 
     @property
     def frontend_url(self) -> str:
@@ -153,6 +163,34 @@ def _signing_key_file(spec: AgentServingDeploymentSpec) -> str:
     # Named after the Secret's key: pointing the spec at another key changes frontend.yaml too.
     ref = spec.auth.signing_key_secret
     return posixpath.join(SIGNING_DIR, ref.key if ref is not None else MANAGED_SIGNING_KEY)
+
+
+def _state_url(ctx: Ctx) -> str | None:
+    if ctx.spec.state.managed is None:
+        return None
+    return f"redis://{ctx.target.state_service}.{ctx.target.namespace}.svc:{VALKEY_PORT}/0"
+
+
+def _state_url_file(spec: AgentServingDeploymentSpec) -> str | None:
+    ref = spec.state.url_secret
+    return posixpath.join(STATE_DIR, ref.key) if ref is not None else None
+
+
+def _drain_grace(component: Component) -> Callable[[Ctx], float]:
+    """What is left of the pod's termination grace period once the drain delay passed (2 s spare)."""
+
+    def grace(ctx: Ctx) -> float:
+        cs = _component_spec(ctx.spec, component)
+        period = cs.termination_grace_period_seconds
+        if period is None:
+            period = _default_grace(component)
+        return max(0.0, period - DRAIN_DELAY[component] - 2.0)
+
+    return grace
+
+
+def _default_grace(component: Component) -> int:
+    return 60 if component == "worker" else 30
 
 
 def _trace_sink(spec: AgentServingDeploymentSpec) -> str | None:
@@ -258,6 +296,35 @@ MAPPINGS: tuple[Mapping, ...] = (
         "Secret key mounted read-only as a file; unset: NAME-signing-key, created by the operator",
     ),
     Mapping("observability.traceSink", "frontend", "trace_sink", _s(_trace_sink), "emptyDir or PVC, per pod"),
+    Mapping("state.managed", "frontend", "state_url", _state_url, "the operator's Valkey Service"),
+    Mapping(
+        "state.urlSecret", "frontend", "state_url_file", _s(_state_url_file), "Secret key mounted as a file"
+    ),
+    Mapping(
+        "state.responseTtlSeconds", "frontend", "response_ttl_s", _s(lambda s: s.state.response_ttl_seconds)
+    ),
+    Mapping(
+        "state.callMemoryTtlSeconds",
+        "frontend",
+        "call_memory_ttl_s",
+        _s(lambda s: s.state.call_memory_ttl_seconds),
+    ),
+    Mapping("(fixed)", "frontend", "drain_delay_s", lambda c: DRAIN_DELAY["frontend"]),
+    Mapping(
+        "frontend.terminationGracePeriodSeconds",
+        "frontend",
+        "drain_grace_s",
+        _drain_grace("frontend"),
+        "the grace period less the drain delay",
+    ),
+    Mapping("(fixed)", "worker", "drain_delay_s", lambda c: DRAIN_DELAY["worker"]),
+    Mapping(
+        "workers.terminationGracePeriodSeconds",
+        "worker",
+        "drain_grace_s",
+        _drain_grace("worker"),
+        "the grace period less the drain delay",
+    ),
     # router
     Mapping("router.policy", "router", "policy", _s(lambda s: s.router.policy)),
     Mapping("router.weights.overlap", "router", "overlap_weight", _s(lambda s: s.router.weights.overlap)),
@@ -357,6 +424,9 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "worker_urls",
             "call_memory_turns",
             "response_store_size",
+            "state_entries",
+            "state_max_bytes",
+            "migration_limit",
         }
     ),
     # Queue limits: the defaults match the workers' default batch size. Liveness timing: the
@@ -645,6 +715,19 @@ def _volumes(
             }
         )
         mounts.append({"name": "signing-key", "mountPath": SIGNING_DIR, "readOnly": True})
+        state = spec.state.url_secret
+        if state is not None:
+            volumes.append(
+                {
+                    "name": "state-url",
+                    "secret": {
+                        "secretName": state.name,
+                        "items": [{"key": state.key, "path": state.key}],
+                        "defaultMode": SECRET_FILE_MODE,
+                    },
+                }
+            )
+            mounts.append({"name": "state-url", "mountPath": STATE_DIR, "readOnly": True})
         sink = spec.observability.trace_sink
         if sink.enabled:
             if sink.claim_name:
@@ -718,9 +801,7 @@ def _deployment(
         "serviceAccountName": target.child("router") if component == "router" else None,
         "automountServiceAccountToken": component == "router",
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": grace
-        if grace is not None
-        else (60 if component == "worker" else 30),
+        "terminationGracePeriodSeconds": grace if grace is not None else _default_grace(component),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS,
@@ -798,6 +879,79 @@ def _pdb(target: Target, component: Component) -> dict[str, Any]:
     }
 
 
+def _state_objects(spec: AgentServingDeploymentSpec, target: Target) -> list[dict[str, Any]]:
+    """The managed Valkey: a ClusterIP Service and a one-replica StatefulSet (official image),
+    with a PVC when `storage` is set (append-only file), else memory only."""
+    managed = spec.state.managed
+    if managed is None:
+        return []
+    name = target.state_service
+    selector = {L_NAME: "agentserve", L_INSTANCE: target.name, L_COMPONENT: "state"}
+    meta = object_meta(target, name)
+    meta["labels"] = {**meta["labels"], L_COMPONENT: "state"}
+    persistent = managed.storage is not None
+    args = ["--port", str(VALKEY_PORT), "--save", ""]
+    args += ["--appendonly", "yes", "--dir", "/data"] if persistent else ["--appendonly", "no"]
+    # TTLs bound what is kept; past maxmemory the least recently used entries with a TTL go first.
+    args += ["--maxmemory-policy", "volatile-lru"]
+    container: dict[str, Any] = {
+        "name": "valkey",
+        "image": managed.image,
+        "args": args,
+        "ports": [{"name": "valkey", "containerPort": VALKEY_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": "valkey"}, "periodSeconds": 5},
+        "livenessProbe": {"tcpSocket": {"port": "valkey"}, "periodSeconds": 10, "failureThreshold": 6},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    if managed.resources is not None:
+        container["resources"] = managed.resources.model_dump(exclude_defaults=True)
+    pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 999,
+            "runAsGroup": 999,
+            "fsGroup": 999,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+    }
+    sts: dict[str, Any] = {
+        "serviceName": name,
+        "replicas": 1,
+        "selector": {"matchLabels": selector},
+        "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod},
+    }
+    if persistent:
+        claim: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": str(managed.storage)}},
+        }
+        if managed.storage_class_name:
+            claim["storageClassName"] = managed.storage_class_name
+        sts["volumeClaimTemplates"] = [{"metadata": {"name": "data"}, "spec": claim}]
+    else:
+        pod["volumes"] = [{"name": "data", "emptyDir": {}}]
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "valkey", "port": VALKEY_PORT, "targetPort": "valkey", "protocol": "TCP"}],
+        },
+    }
+    return [service, {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": dict(meta), "spec": sts}]
+
+
 def _router_rbac(target: Target) -> list[dict[str, Any]]:
     name = target.child("router")
     return [
@@ -834,6 +988,15 @@ def _network_policy(spec: AgentServingDeploymentSpec, target: Target) -> dict[st
         {"podSelector": {"matchLabels": {L_NAME: "agentserve", L_INSTANCE: target.name}}}
     ]
     peers += [dict(p) for p in spec.network_policy.extra_ingress_from]
+    internal = ["router", "worker"]
+    ports: list[dict[str, Any]] = [
+        {"protocol": "TCP", "port": PORTS["router"]},
+        {"protocol": "TCP", "port": PORTS["worker"]},
+        {"protocol": "TCP", "port": KV_EVENTS_PORT},
+    ]
+    if spec.state.managed is not None:  # the Valkey holds every key's state: only our pods reach it
+        internal.append("state")
+        ports.append({"protocol": "TCP", "port": VALKEY_PORT})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -841,17 +1004,13 @@ def _network_policy(spec: AgentServingDeploymentSpec, target: Target) -> dict[st
         "spec": {
             "podSelector": {
                 "matchLabels": {L_NAME: "agentserve", L_INSTANCE: target.name},
-                "matchExpressions": [{"key": L_COMPONENT, "operator": "In", "values": ["router", "worker"]}],
+                "matchExpressions": [{"key": L_COMPONENT, "operator": "In", "values": internal}],
             },
             "policyTypes": ["Ingress"],
             "ingress": [
                 {
                     "from": peers,
-                    "ports": [
-                        {"protocol": "TCP", "port": PORTS["router"]},
-                        {"protocol": "TCP", "port": PORTS["worker"]},
-                        {"protocol": "TCP", "port": KV_EVENTS_PORT},
-                    ],
+                    "ports": ports,
                 }
             ],
         },
@@ -889,6 +1048,7 @@ def build(
             "data": files,
         }
     )
+    objects += _state_objects(spec, target)
     objects += [_service(spec, target, c) for c in COMPONENTS]
     objects += [_deployment(spec, target, c, files) for c in COMPONENTS]
     objects += [_pdb(target, c) for c in COMPONENTS]
@@ -907,6 +1067,7 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "ConfigMap"),
     ("v1", "Service"),
     ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),

@@ -484,6 +484,53 @@ class AuthSpec(_Spec):
     )
 
 
+class StateUrlSecretRef(_Spec):
+    name: ObjectName = Field(description="Secret name")
+    key: str = Field(
+        "url",
+        pattern=SECRET_DATA_KEY,
+        max_length=253,
+        description="key holding redis://[:password@]host:port/db",
+    )
+
+
+class ManagedStateSpec(_Spec):
+    """A Valkey StatefulSet (one replica) the operator runs for the frontends' shared state."""
+
+    image: str = Field("valkey/valkey:8.1-alpine", max_length=512, description="the official valkey image")
+    storage: Quantity | None = Field(
+        None, description="PersistentVolumeClaim size (unset: no PVC; state lives in memory, lost on restart)"
+    )
+    storage_class_name: str | None = Field(None, max_length=253, description="StorageClass of the PVC")
+    resources: ResourceRequirements | None = Field(None, description="container resources")
+
+
+class StateSpec(_Spec):
+    """Where frontend replicas share stored responses and remembered turns (docs/state.md).
+    Neither set: each frontend keeps its own, which is only right with one frontend replica."""
+
+    url_secret: StateUrlSecretRef | None = Field(
+        None, description="an external Redis or Valkey: a Secret key holding its URL"
+    )
+    managed: ManagedStateSpec | None = Field(None, description="a Valkey StatefulSet the operator creates")
+    response_ttl_seconds: int = Field(
+        30 * 86400, ge=1, description="how long a stored response (store: true) is kept"
+    )
+    call_memory_ttl_seconds: int = Field(6 * 3600, ge=1, description="how long a remembered turn is kept")
+
+    rules = (
+        Rule(
+            "!(has(self.urlSecret) && has(self.managed))",
+            "state: set urlSecret (external) or managed, not both",
+            lambda s: s.url_secret is None or s.managed is None,
+        ),
+    )
+
+    @property
+    def shared(self) -> bool:
+        return self.url_secret is not None or self.managed is not None
+
+
 class ServiceMonitorSpec(_Spec):
     enabled: bool = Field(False, description="create a prometheus-operator ServiceMonitor")
     interval: str = Field("30s", pattern=r"^[0-9]+(ms|s|m|h)$", description="scrape interval")
@@ -547,6 +594,9 @@ class AgentServingDeploymentSpec(_Spec):
     network_policy: NetworkPolicySpec = Field(
         NetworkPolicySpec.model_validate({}), description="network isolation"
     )
+    state: StateSpec = Field(
+        StateSpec.model_validate({}), description="the frontends' shared state store (Redis / Valkey)"
+    )
 
     rules = (
         Rule(
@@ -561,6 +611,13 @@ class AgentServingDeploymentSpec(_Spec):
             "!self.workers.kvCache.enableBlockReuse)",
             "router.policy kv needs workers.kvCache.enableBlockReuse (no reuse, no KV events to route on)",
             lambda s: not _kv_policy_without_reuse(s),
+        ),
+        Rule(
+            "!has(self.frontend) || !has(self.frontend.replicas) || self.frontend.replicas <= 1 || "
+            "(has(self.state) && (has(self.state.urlSecret) || has(self.state.managed)))",
+            "frontend.replicas > 1 needs shared state (state.managed or state.urlSecret): otherwise a "
+            "previous_response_id or a restored turn is found only on the replica that made it",
+            lambda s: s.frontend.replicas <= 1 or s.state.shared,
         ),
     )
 

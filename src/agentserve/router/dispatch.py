@@ -2,10 +2,13 @@
 
 `Dispatcher.generate` asks the router for a worker, opens the stream there, and hands back a
 `DispatchedStream` of engine `Step`s. If the worker fails before the first token was streamed, the
-worker is reported to the router (which purges it) and the request is retried elsewhere; once a
-token went out, a failure ends the stream with `WorkerLostError`, which the API layer turns into
-its own error event. When the stream ends, however it ends, the router is told so its load
-accounting stays right.
+worker is reported to the router (which purges it) and the request is retried elsewhere. Once
+tokens went out, the request *migrates* (as Dynamo's request migration does): it is re-dispatched
+to another worker with the prompt plus every token already generated and a budget cut by as many,
+and its steps continue where the dead worker's ended, so the consumer sees no seam; the finish
+step's usage counts the output once. Past `max_migrations` a failure ends the stream with
+`WorkerLostError`, which the API layer turns into its own error event. When the stream ends,
+however it ends, the router is told so its load accounting stays right.
 
 Workers are reached through `WorkerTransport`s: an in-process engine (`EngineTransport`) or a
 `WorkerClient` over HTTP (`ClientTransport`), chosen by the deployment, invisible to the frontend.
@@ -23,17 +26,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from agentserve.conversation import Usage
 from agentserve.router.core import OverloadedError, Router
 from agentserve.router.placement import Decision, NoWorkerError, RouteRequest
 from agentserve.worker.engine import (
     Engine,
     EngineError,
     GenerateRequest,
+    Hints,
     InvalidRequestError,
     SamplingParams,
     Step,
@@ -96,15 +102,35 @@ class Attempt:
     error: str
 
 
+@dataclass(slots=True)
+class Migration:
+    """A stream moved off a worker that died mid-stream."""
+
+    from_worker: str
+    to_worker: str
+    resumed_tokens: int  # output tokens already streamed, re-sent as prompt (extra prefill)
+    failed_at: float  # time.monotonic() when the failure was seen
+    first_token_at: float | None = None  # the new worker's first output token
+
+    @property
+    def gap_s(self) -> float | None:
+        """Failure → first migrated token (the client's visible stall)."""
+        return None if self.first_token_at is None else self.first_token_at - self.failed_at
+
+
 class DispatchedStream:
     """Steps of one request, on whichever worker ended up serving it."""
 
     def __init__(self, dispatcher: Dispatcher, request: GenerateRequest, route: RouteRequest) -> None:
         self._dispatcher = dispatcher
         self._request = request
+        self._original = request
         self._route = route
+        self._resumed = 0  # output tokens streamed before the current worker took over
+        self.migrations: list[Migration] = []
         self._stream: StepStream | None = None
         self._decision: Decision | None = None
+        self._previous: Decision | None = None  # the dead worker's, while a migration opens
         self._streamed = False
         self._closed = False
         self._interrupted = False
@@ -116,9 +142,10 @@ class DispatchedStream:
 
     @property
     def decision(self) -> Decision:
-        if self._decision is None:
+        decision = self._decision or self._previous
+        if decision is None:
             raise RuntimeError("the stream is not open yet")
-        return self._decision
+        return decision
 
     async def open(self) -> None:
         """Route and open the stream (retrying on other workers); raises NoCapacityError."""
@@ -179,10 +206,16 @@ class DispatchedStream:
                     failure = exc
                 if failure is not None:
                     if self._streamed:
-                        await self._dispatcher.router.worker_failed(self.decision.worker)
-                        raise WorkerLostError(
-                            f"worker {self.decision.worker} failed mid-stream: {failure!r}"
-                        ) from failure
+                        if len(self.migrations) >= self._dispatcher.max_migrations:
+                            await self._dispatcher.router.worker_failed(self.decision.worker)
+                            raise WorkerLostError(
+                                f"worker {self.decision.worker} failed mid-stream: {failure!r}"
+                            ) from failure
+                        last = await self._migrate(failure)
+                        if last is not None:  # the budget was spent: nothing left to generate
+                            yield last
+                            return
+                        continue
                     # Nothing reached the client yet: retry transparently on another worker.
                     exclude = {a.worker for a in self.attempts}
                     await self._fail_worker(self.decision, exclude, repr(failure))
@@ -193,13 +226,78 @@ class DispatchedStream:
                 if step.token_ids or step.text:
                     self._streamed = True
                     self.output_token_ids += step.token_ids
-                if step.cached_tokens is not None:
+                if self._resumed:
+                    step = self._continued(step)
+                elif step.cached_tokens is not None:
                     self.cached_tokens = step.cached_tokens
                 yield step
                 if step.finish_reason is not None:
                     return
         finally:
             await self.aclose()
+
+    async def _migrate(self, failure: BaseException) -> Step | None:
+        """Re-dispatch to another worker with the prompt + the output so far. Returns a finish
+        step instead when the output budget is already spent. Raises WorkerLostError when no
+        other worker can take it."""
+        failed = self.decision.worker
+        failed_at = time.monotonic()
+        log.warning(
+            "worker %s failed mid-stream (%r); migrating %s", failed, failure, self._original.request_id
+        )
+        self._track(None)
+        self.attempts.append(Attempt(failed, repr(failure)))
+        await self._dispatcher.router.finish(self.decision)
+        self._previous, self._decision = self._decision, None
+        await self._dispatcher.router.worker_failed(failed)
+        self._dispatcher.on_worker_failed(failed)
+        if self._stream is not None:
+            with contextlib.suppress(*_WORKER_FAILURES):
+                await self._stream.aclose()
+        self._stream = None
+        self._interrupted = False
+        base = self._original
+        done = len(self.output_token_ids)
+        remaining = base.sampling.max_tokens - done
+        if remaining < 1:
+            usage = Usage(len(base.prompt_token_ids), done, self.cached_tokens or 0)
+            return Step((), "", finish_reason="length", usage=usage)
+        self._request = replace(
+            base,
+            request_id=f"{base.request_id}-m{len(self.migrations) + 1}",
+            prompt_token_ids=[*base.prompt_token_ids, *self.output_token_ids],
+            sampling=replace(base.sampling, max_tokens=remaining),
+            hints=replace(base.hints or Hints(), resumed_tokens=done),
+        )
+        self._route = replace(self._route, prompt_tokens=len(self._request.prompt_token_ids))
+        try:
+            await self.open()
+        except NoCapacityError as exc:
+            raise WorkerLostError(
+                f"worker {failed} failed mid-stream and no worker took it over: {exc}"
+            ) from failure
+        self._resumed = done
+        self.migrations.append(Migration(failed, self.decision.worker, done, failed_at))
+        return None
+
+    def _continued(self, step: Step) -> Step:
+        """A step of a migrated request as the original request's: its first output token is
+        timed, its cached-prompt count dropped, its usage counts all output once."""
+        migration = self.migrations[-1]
+        if migration.first_token_at is None and step.token_ids:
+            migration.first_token_at = time.monotonic()
+        usage = step.usage
+        if usage is not None:
+            base = self._original
+            usage = Usage(
+                len(base.prompt_token_ids),
+                usage.output_tokens + self._resumed,
+                self.cached_tokens or 0,
+                usage.reasoning_tokens,
+            )
+        if step.cached_tokens is None and usage is step.usage:
+            return step
+        return replace(step, cached_tokens=None, usage=usage)
 
     def interrupt(self) -> None:
         """End the stream as if its worker failed now (it is hung: nothing else would end it)."""
@@ -277,12 +375,14 @@ class Dispatcher:
         workers: Callable[[], Mapping[str, WorkerTransport]],
         *,
         max_attempts: int = 3,
+        max_migrations: int = 3,
         on_worker_failed: Callable[[str], None] = lambda worker: None,
         max_warming: int = 64,
     ) -> None:
         self.router = router
         self.workers = workers  # current transports by worker id (discovery may change them)
         self.max_attempts = max_attempts
+        self.max_migrations = max_migrations  # re-dispatches of one stream after mid-stream failures
         self.on_worker_failed = on_worker_failed
         self.max_warming = max_warming  # speculative prefills in flight beyond which new ones are skipped
         self._warming: set[asyncio.Task[Warmed | None]] = set()

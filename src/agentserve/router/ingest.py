@@ -344,9 +344,21 @@ class _Member:
 
     async def _health(self, client: WorkerProbe) -> None:
         failures = 0
+        readiness = getattr(client, "readiness", None)  # WorkerClient's; test fakes may lack it
         while not self.stopped:
             await asyncio.sleep(self.fleet.health_interval_s)
-            failures = 0 if await self._probe(client) else failures + 1
+            if readiness is None:
+                ok = await self._probe(client)
+            else:
+                try:
+                    state = await asyncio.wait_for(readiness(), self.fleet.health_interval_s)
+                except (TimeoutError, OSError, EngineError):
+                    state = "not_ready"
+                if state == "draining":
+                    # Not dead: route around it, and let its open streams finish there.
+                    raise _SessionEnd("draining: the worker is shutting down")
+                ok = state == "ready"
+            failures = 0 if ok else failures + 1
             if failures >= HEALTH_FAILURES:
                 raise _SessionEnd(f"unhealthy: {failures} /ready probes failed")
 

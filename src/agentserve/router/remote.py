@@ -200,9 +200,13 @@ class Backend:
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     _dispatchers: weakref.WeakSet[Dispatcher] = field(default_factory=weakref.WeakSet)
 
-    def dispatcher(self, *, max_attempts: int = 3) -> Dispatcher:
+    def dispatcher(self, *, max_attempts: int = 3, max_migrations: int = 3) -> Dispatcher:
         dispatcher = Dispatcher(
-            self.router, self.workers, max_attempts=max_attempts, on_worker_failed=self.on_worker_failed
+            self.router,
+            self.workers,
+            max_attempts=max_attempts,
+            max_migrations=max_migrations,
+            on_worker_failed=self.on_worker_failed,
         )
         self._dispatchers.add(dispatcher)
         return dispatcher

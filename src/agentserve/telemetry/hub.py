@@ -76,6 +76,9 @@ class RequestTelemetry:
     def prefill_started(self, t: float | None = None) -> None:
         self.builder.prefill_started(t)
 
+    def migrated(self, from_worker: str, to_worker: str, resumed_tokens: int, gap_ms: float | None) -> None:
+        self.builder.migrated(from_worker, to_worker, resumed_tokens, gap_ms)
+
     def first_token(self, t: float | None = None) -> None:
         self.builder.first_token(t)
 

@@ -118,6 +118,42 @@ class WorkerTrace:
     prompt_blocks: int
 
 
+def _list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError("expected a list")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationTrace:
+    """The stream moved from a worker that died mid-stream to another (router.dispatch)."""
+
+    from_worker: str
+    to_worker: str
+    resumed_tokens: int  # output tokens re-sent as prompt to the new worker
+    gap_ms: float | None  # failure → first token from the new worker
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "from_worker": self.from_worker,
+            "to_worker": self.to_worker,
+            "resumed_tokens": self.resumed_tokens,
+            "gap_ms": self.gap_ms,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> MigrationTrace:
+        gap = d.get("gap_ms")
+        return cls(
+            _str(d, "from_worker"),
+            _str(d, "to_worker"),
+            _int(d, "resumed_tokens"),
+            float(gap) if isinstance(gap, int | float) and not isinstance(gap, bool) else None,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayTrace:
     """What a replay tool needs to re-create the request's KV footprint (Dynamo's `replay`)."""
@@ -217,6 +253,7 @@ class TraceRecord:
     stripped: Mapping[str, int] = field(default_factory=dict)
     drift: DriftSummary | None = None
     error_code: str | None = None
+    migrations: tuple[MigrationTrace, ...] = ()
 
     @property
     def kv_hit_rate(self) -> float | None:
@@ -264,6 +301,7 @@ class TraceRecord:
             "tool_calls": [c.to_json() for c in self.tool_calls],
             "stripped": dict(self.stripped),
             "drift": None if self.drift is None else self.drift.to_json(),
+            "migrations": [m.to_json() for m in self.migrations],
         }
         return {
             "schema": SCHEMA,
@@ -348,6 +386,7 @@ class TraceRecord:
                 cause=drift.get("cause") if drift.get("cause") in DRIFT_CAUSES else "unknown",
             ),
             error_code=_opt_str(r, "error_code"),
+            migrations=tuple(MigrationTrace.from_json(_as_obj(m)) for m in _list(r.get("migrations"))),
         )
 
 
@@ -456,6 +495,7 @@ class TraceBuilder:
         "_identity",
         "_input_length",
         "_last_output_t",
+        "_migrations",
         "_prefill_t",
         "_reasoning_segments",
         "_record",
@@ -508,6 +548,7 @@ class TraceBuilder:
         self._input_length = 0
         self._stripped: dict[str, int] = {}
         self._drift: DriftSummary | None = None
+        self._migrations: list[MigrationTrace] = []
         self._worker: WorkerTrace | None = None
         self._calls: dict[int, _Call] = {}
         self._reasoning_segments = 0
@@ -561,6 +602,12 @@ class TraceBuilder:
         self._routed_t = self._now(t)
         blocks = len(self._hashes) if prompt_blocks is None else prompt_blocks
         self._worker = WorkerTrace(_bounded(worker), overlap_blocks, blocks)
+
+    def migrated(self, from_worker: str, to_worker: str, resumed_tokens: int, gap_ms: float | None) -> None:
+        """The stream moved to another worker after its worker died mid-stream."""
+        self._migrations.append(
+            MigrationTrace(_bounded(from_worker), _bounded(to_worker), resumed_tokens, gap_ms)
+        )
 
     def prefill_started(self, t: float | None = None) -> None:
         """The worker began prefill (optional: without it prefill is taken to start when routed)."""
@@ -713,4 +760,5 @@ class TraceBuilder:
             stripped=dict(self._stripped),
             drift=self._drift,
             error_code=error_code,
+            migrations=tuple(self._migrations),
         )

@@ -192,10 +192,17 @@ class WorkerClient:
 
     async def ready(self) -> bool:
         """The worker's model is loaded."""
+        return await self.readiness() == "ready"
+
+    async def readiness(self) -> str:
+        """ "ready", "draining" (SIGTERM: finishing its streams, taking no new ones) or "not_ready"."""
         try:
-            return (await self._get("/ready"))[0] == 200
+            status, body = await self._get("/ready")
         except WorkerError:
-            return False
+            return "not_ready"
+        if status == 200:
+            return "ready"
+        return "draining" if status == 503 and b'"draining"' in body else "not_ready"
 
     async def load(self) -> Load:
         return Load(**await self._json("/load"))

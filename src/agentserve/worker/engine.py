@@ -56,6 +56,10 @@ class Hints:
     turn: int | None = None  # 1-based: this is the N-th model response of the conversation
     last_user_message: str | None = None
     last_message: str | None = None  # text of the last message of any role (e.g. a tool result)
+    # A migrated request (router.dispatch): the prompt ends with this many tokens the model already
+    # generated on a worker that died. A real model simply continues; the sim skips that much of
+    # its scripted output, so a migrated stream says exactly what an uninterrupted one would.
+    resumed_tokens: int = 0
 
 
 # Retention priorities use TensorRT-LLM's scale (KvCacheRetentionConfig): 0 (evict first) .. 100

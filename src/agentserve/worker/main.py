@@ -69,12 +69,14 @@ def build_engine(config: WorkerConfig) -> Engine:
 
 
 async def serve(config: WorkerConfig) -> None:
-    import uvicorn
 
+    from agentserve.drain import DrainState
+    from agentserve.drain import server as draining_server
     from agentserve.worker.publisher import KvEventPublisher
     from agentserve.worker.service import create_app
 
     engine = build_engine(config)
+    drain = DrainState()
     publisher = KvEventPublisher(f"tcp://{config.host}:{config.kv_events_port}")
     app = create_app(
         engine,
@@ -82,9 +84,10 @@ async def serve(config: WorkerConfig) -> None:
         engine_name=config.engine,
         publisher=publisher,
         request_abort=config.request_abort,
+        drain=drain,
     )
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+    server = draining_server(
+        app, config.host, config.port, drain, delay_s=config.drain_delay_s, grace_s=config.drain_grace_s
     )
     log.warning(
         "agentserve worker: %s engine, generate on http://%s:%d, KV events on %s",

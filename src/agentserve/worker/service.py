@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentserve.drain import DrainState
 from agentserve.worker.engine import (
     DuplicateRequestError,
     Engine,
@@ -178,6 +179,7 @@ def create_app(
     publisher: KvEventPublisher | None = None,
     request_abort: bool = True,
     rate_interval_s: float = 1.0,
+    drain: DrainState | None = None,
 ) -> ASGIApp:
     """The worker app; its lifespan starts the engine (in the background: /health answers while a
     real model loads) and the KV event publisher, and stops both."""
@@ -235,6 +237,8 @@ def create_app(
             await response(scope, receive, send)
 
     async def _generate(scope: Scope, receive: Receive, send: Send) -> Response | None:
+        if drain is not None and drain.draining:  # before any work: the router retries elsewhere
+            return error_response(503, "not_ready", "the worker is draining (shutting down)")
         if not engine.ready:
             return error_response(503, "not_ready", start_error[0] if start_error else "the model is loading")
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
@@ -280,6 +284,8 @@ def create_app(
         return JSONResponse({"status": "ok"})
 
     async def ready(request: Request) -> Response:
+        if drain is not None and drain.draining:
+            return error_response(503, "draining", "the worker is shutting down")
         if engine.ready:
             return JSONResponse({"status": "ready"})
         fatal = getattr(engine, "fatal_error", None)

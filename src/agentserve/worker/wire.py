@@ -100,6 +100,7 @@ def encode_request(request: GenerateRequest) -> Frame:
                 ("turn", h.turn),
                 ("last_user_message", h.last_user_message),
                 ("last_message", h.last_message),
+                ("resumed_tokens", h.resumed_tokens or None),
             )
             if v is not None
         }
@@ -206,16 +207,20 @@ def decode_request(data: Any) -> GenerateRequest:
     if raw_hints is not None:
         if not isinstance(raw_hints, Mapping):
             raise WireError("hints must be an object")
-        unknown = set(raw_hints) - {"turn", "last_user_message", "last_message"}
+        unknown = set(raw_hints) - {"turn", "last_user_message", "last_message", "resumed_tokens"}
         if unknown:
             raise WireError(f"unknown hints: {', '.join(sorted(map(str, unknown)))}")
         turn = _opt(raw_hints, "turn", int, "hints.")
         if turn is not None and turn < 1:
             raise WireError("hints.turn must be at least 1")
+        resumed = _opt(raw_hints, "resumed_tokens", int, "hints.")
+        if resumed is not None and resumed < 0:
+            raise WireError("hints.resumed_tokens must not be negative")
         hints = Hints(
             turn,
             _opt(raw_hints, "last_user_message", str, "hints."),
             _opt(raw_hints, "last_message", str, "hints."),
+            resumed or 0,
         )
     salt = data.get("cache_salt")
     if salt is not None and (not isinstance(salt, str) or not salt or len(salt) > 256):

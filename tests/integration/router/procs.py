@@ -51,7 +51,8 @@ class Processes:
         port = free_port()
         proc = self.start(
             "worker", "--engine", "sim", "--host", "127.0.0.1", "--port", str(port),
-            "--kv-events-port", str(free_port()), *extra,
+            "--kv-events-port", str(free_port()),
+            *(() if "--drain-delay-s" in extra else ("--drain-delay-s", "0")), *extra,
         )  # fmt: skip
         return f"http://127.0.0.1:{port}", proc
 

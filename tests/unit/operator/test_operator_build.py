@@ -180,6 +180,30 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"workers": {"llmApiOptions": {"enable_chunked_prefill": True}}},
         {("worker", "extra_llm_api_options"): "/etc/agentserve/llm-api-options.yaml"},
     ),
+    "state.managed": (
+        {"state": {"managed": {}}},
+        {("frontend", "state_url"): "redis://coder-state.ai.svc:6379/0"},
+    ),
+    "state.urlSecret": (
+        {"state": {"urlSecret": {"name": "redis", "key": "address"}}},
+        {("frontend", "state_url_file"): "/etc/agentserve/state/address"},
+    ),
+    "state.responseTtlSeconds": (
+        {"state": {"responseTtlSeconds": 3600}},
+        {("frontend", "response_ttl_s"): 3600.0},
+    ),
+    "state.callMemoryTtlSeconds": (
+        {"state": {"callMemoryTtlSeconds": 600}},
+        {("frontend", "call_memory_ttl_s"): 600.0},
+    ),
+    "frontend.terminationGracePeriodSeconds": (
+        {"frontend": {"terminationGracePeriodSeconds": 100}},
+        {("frontend", "drain_grace_s"): 93.0},
+    ),
+    "workers.terminationGracePeriodSeconds": (
+        {"workers": {"terminationGracePeriodSeconds": 100}},
+        {("worker", "drain_grace_s"): 96.0},
+    ),
 }
 
 
@@ -292,6 +316,7 @@ def test_objects_are_valid_kubernetes() -> None:
             "tokenizer": "/tok",
             "chatTemplate": {"configMap": {"name": "t", "key": "k"}},
         },
+        "state": {"managed": {"storage": "1Gi", "storageClassName": "fast"}},
         "frontend": {
             "replicas": 2,
             "resources": {"requests": {"cpu": "2", "memory": "4Gi"}},
@@ -320,8 +345,9 @@ def test_objects_are_valid_kubernetes() -> None:
     kinds = sorted(o["kind"] for o in objs)
     assert kinds == sorted(
         ["ServiceAccount", "Role", "RoleBinding", "ConfigMap"]
-        + ["Service"] * 3
+        + ["Service"] * 4  # the frontend's, the router's, the workers', the managed Valkey's
         + ["Deployment"] * 3
+        + ["StatefulSet"]
         + ["PodDisruptionBudget"] * 3
         + ["NetworkPolicy", "ServiceMonitor"]
     )
@@ -596,6 +622,7 @@ def test_service_monitor() -> None:
 def test_pod_level_fields() -> None:
     objs = objects(
         {
+            "state": {"urlSecret": {"name": "redis"}},
             "frontend": {
                 "replicas": 3,
                 "image": "registry.example/agentserve:dev",
@@ -686,7 +713,7 @@ def _signing_volume(objs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_frontends_mount_the_operators_signing_key_secret_by_default(tmp_path: Path) -> None:
-    objs = objects({"frontend": {"replicas": 4}})
+    objs = objects({"frontend": {"replicas": 4}, "state": {"managed": {}}})
     assert _signing_volume(objs) == {
         "name": "signing-key",
         "secret": {
@@ -784,3 +811,56 @@ def test_worker_caches_on_a_claim_survive_restarts() -> None:
     sized = objects({"workers": {"cache": {"sizeLimit": "50Gi"}}})
     cache = {v["name"]: v for v in pod(sized, "worker")["volumes"]}["cache"]
     assert cache == {"name": "cache", "emptyDir": {"sizeLimit": "50Gi"}}
+
+
+def test_frontend_replicas_need_shared_state() -> None:
+    with pytest.raises(ValueError, match="needs shared state"):
+        objects({"frontend": {"replicas": 2}})
+    with pytest.raises(ValueError, match="not both"):
+        objects({"state": {"managed": {}, "urlSecret": {"name": "redis"}}})
+    objects({"frontend": {"replicas": 1}})  # one replica: its own state is everyone's
+
+
+def test_managed_state_is_a_valkey_statefulset_the_frontends_use(tmp_path: Path) -> None:
+    objs = objects({"frontend": {"replicas": 2}, "state": {"managed": {"storage": "5Gi"}}})
+    (sts,) = [o for o in objs if o["kind"] == "StatefulSet"]
+    (svc,) = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == "coder-state"]
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"].startswith("valkey/valkey:")
+    assert "--appendonly" in container["args"] and "yes" in container["args"]
+    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["resources"]["requests"]["storage"] == "5Gi"
+    assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["ports"][0]["port"] == 6379
+    assert component_config(objs, "frontend", tmp_path).state_url == "redis://coder-state.ai.svc:6379/0"
+    memory_only = objects({"state": {"managed": {}}})
+    (sts,) = [o for o in memory_only if o["kind"] == "StatefulSet"]
+    assert "volumeClaimTemplates" not in sts["spec"]
+    assert not [o for o in objects() if o["kind"] == "StatefulSet"]
+
+
+def test_an_external_state_url_comes_from_a_mounted_secret(tmp_path: Path) -> None:
+    objs = objects({"frontend": {"replicas": 2}, "state": {"urlSecret": {"name": "redis", "key": "url"}}})
+    frontend = next(
+        o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "coder-frontend"
+    )
+    pod = frontend["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "state-url"]
+    assert volume["secret"]["secretName"] == "redis"
+    config = component_config(objs, "frontend", tmp_path)
+    assert config.state_url is None and config.state_url_file == "/etc/agentserve/state/url"
+    assert not [o for o in objs if o["kind"] == "StatefulSet"]
+
+
+def test_drain_fits_in_the_termination_grace_period(tmp_path: Path) -> None:
+    objs = objects()
+    for component, deployment in (("frontend", "coder-frontend"), ("worker", "coder-worker")):
+        pod = next(o for o in objs if o["metadata"]["name"] == deployment and o["kind"] == "Deployment")
+        period = pod["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        config = component_config(objs, component, tmp_path)
+        assert 0 < config.drain_delay_s + config.drain_grace_s < period
+    assert {o["metadata"]["name"] for o in objs if o["kind"] == "PodDisruptionBudget"} == {
+        "coder-frontend",
+        "coder-router",
+        "coder-worker",
+    }

@@ -19,6 +19,7 @@ from agentserve.operator.spec import (
     ChatTemplate,
     ModelSource,
     Rule,
+    StateSpec,
     WorkersSpec,
 )
 from kubecheck import assert_valid, crd_schema_errors
@@ -244,6 +245,13 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("spec.workers", {**MINIMAL, "workers": {"tensorParallelSize": 8, "gpusPerWorker": 4}}, False),
     ("spec.workers", {**MINIMAL, "workers": {"tensorParallelSize": 4, "gpusPerWorker": 8}}, True),
     ("spec.workers", {**MINIMAL, "workers": {"tensorParallelSize": 8}}, True),
+    ("spec", {**MINIMAL, "frontend": {"replicas": 2}}, False),
+    ("spec", {**MINIMAL, "frontend": {"replicas": 1}}, True),
+    ("spec", {**MINIMAL, "frontend": {"replicas": 3}, "state": {"managed": {}}}, True),
+    ("spec", {**MINIMAL, "frontend": {"replicas": 3}, "state": {"urlSecret": {"name": "r"}}}, True),
+    ("spec", {**MINIMAL, "frontend": {"replicas": 3}, "state": {"responseTtlSeconds": 60}}, False),
+    ("spec.state", {**MINIMAL, "state": {"managed": {}, "urlSecret": {"name": "r"}}}, False),
+    ("spec.state", {**MINIMAL, "state": {"managed": {"storage": "1Gi"}}}, True),
 ]
 
 _CLASS_OF: dict[str, type] = {
@@ -252,6 +260,7 @@ _CLASS_OF: dict[str, type] = {
     "spec.model.chatTemplate": ChatTemplate,
     "spec.agent": AgentSpec,
     "spec.workers": WorkersSpec,
+    "spec.state": StateSpec,
 }
 
 

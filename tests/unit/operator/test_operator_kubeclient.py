@@ -34,7 +34,7 @@ RESOURCES: dict[str, list[tuple[str, str]]] = {  # group/version → (plural, ki
         ("pods", "Pod"),
         ("secrets", "Secret"),
     ],
-    "apps/v1": [("deployments", "Deployment")],
+    "apps/v1": [("deployments", "Deployment"), ("statefulsets", "StatefulSet")],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget")],
     "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy")],
     "rbac.authorization.k8s.io/v1": [("roles", "Role"), ("rolebindings", "RoleBinding")],

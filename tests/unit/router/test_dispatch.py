@@ -127,12 +127,13 @@ async def test_failure_before_the_first_token_is_retried_elsewhere_and_the_worke
     await engine.stop()
 
 
-async def test_failure_after_tokens_were_streamed_is_a_clean_error_not_a_retry() -> None:
+async def test_failure_after_tokens_were_streamed_with_migration_off_is_a_clean_error() -> None:
     (engine,) = await engines(1)
     core = RouterCore(RouterConfig(block_size=16))
     transports: dict[str, WorkerTransport] = {"flaky": DiesAfter(engine, 1)}
     core.add_worker("flaky")
-    stream = await Dispatcher(core, lambda: transports).generate(request("a", max_tokens=64), route())
+    dispatcher = Dispatcher(core, lambda: transports, max_migrations=0)
+    stream = await dispatcher.generate(request("a", max_tokens=64), route())
     got: list[Step] = []
     with pytest.raises(WorkerLostError, match="flaky"):
         async for step in stream:
@@ -140,6 +141,68 @@ async def test_failure_after_tokens_were_streamed_is_a_clean_error_not_a_retry()
     assert len(got) == 1
     assert core.workers == ()  # purged
     await engine.stop()
+
+
+async def slow_engines(n: int) -> list[SimEngine]:
+    """Engines whose steps arrive a few tokens at a time (a stream can die half-way)."""
+    out = [SimEngine(SimConfig(num_blocks=256, block_size=16, speedup=200)) for _ in range(n)]
+    for e in out:
+        await e.start()
+    return out
+
+
+def text_of(steps: list[Step]) -> tuple[str, list[int]]:
+    return "".join(s.text for s in steps), [t for s in steps for t in s.token_ids]
+
+
+async def test_a_stream_whose_worker_dies_migrates_without_a_seam() -> None:
+    reference, dying, taking_over = await slow_engines(3)
+    core = RouterCore(RouterConfig(block_size=16, policy="round-robin"))
+    alone = Dispatcher(core, lambda: {"ref": EngineTransport(reference)})
+    core.add_worker("ref")
+    whole = await collect(await alone.generate(request("r", max_tokens=120), route()))
+    await core.worker_failed("ref")
+
+    transports: dict[str, WorkerTransport] = {
+        "dying": DiesAfter(dying, 3),
+        "next": EngineTransport(taking_over),
+    }
+    core.add_worker("dying")
+    core.add_worker("next")
+    dispatcher = Dispatcher(core, lambda: transports)
+    stream = await dispatcher.generate(request("a", max_tokens=120), route())
+    while stream.decision.worker != "dying":  # round robin: make sure the dying worker serves it
+        await stream.aclose()
+        stream = await dispatcher.generate(request(f"a{len(core.workers)}", max_tokens=120), route())
+    steps = await collect(stream)
+    assert text_of(steps) == text_of(whole)
+    (m,) = stream.migrations
+    assert (m.from_worker, m.to_worker) == ("dying", "next")
+    assert 0 < m.resumed_tokens < 120 and m.gap_s is not None and m.gap_s >= 0
+    assert steps[-1].usage is not None and whole[-1].usage is not None
+    assert steps[-1].usage.output_tokens == whole[-1].usage.output_tokens == 120  # counted once
+    assert steps[-1].usage.input_tokens == len(PROMPT)
+    assert core.workers == ("next",)
+    assert core.placement.inflight("next") == 0 and core.placement.inflight("dying") == 0
+    for e in (reference, dying, taking_over):
+        await e.stop()
+
+
+async def test_past_the_migration_limit_the_stream_fails_cleanly() -> None:
+    engines_ = await slow_engines(3)
+    core = RouterCore(RouterConfig(block_size=16))
+    transports: dict[str, WorkerTransport] = {f"w{i}": DiesAfter(e, 2) for i, e in enumerate(engines_)}
+    for name in transports:
+        core.add_worker(name)
+    stream = await Dispatcher(core, lambda: transports, max_migrations=2).generate(
+        request("a", max_tokens=200), route()
+    )
+    with pytest.raises(WorkerLostError):
+        await collect(stream)
+    assert len(stream.migrations) == 2
+    assert core.workers == ()
+    for e in engines_:
+        await e.stop()
 
 
 async def test_no_worker_left_is_no_capacity() -> None:
@@ -225,7 +288,7 @@ async def test_interrupting_a_dead_workers_streams_retries_or_fails_each_cleanly
     transports: dict[str, WorkerTransport] = {"ok": EngineTransport(engine)}
     core.add_worker("hung")
     core.add_worker("ok")
-    dispatcher = Dispatcher(core, lambda: transports)
+    dispatcher = Dispatcher(core, lambda: transports, max_migrations=0)  # migration: tested above
 
     async def consume(stream_task: asyncio.Task[DispatchedStream]) -> tuple[str, int]:
         stream = await stream_task

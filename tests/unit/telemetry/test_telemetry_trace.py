@@ -351,3 +351,22 @@ def test_no_prompt_or_response_text_ever_reaches_a_record(
         line = json.dumps(record.to_json(), ensure_ascii=ensure_ascii)
         assert SECRET not in line
     assert not any(t in line for t in texts + context)
+
+
+def test_a_migrated_stream_is_in_the_record_and_round_trips() -> None:
+    b = builder()
+    b.migrated("w-0", "w-1", 37, 4.5)
+    b.migrated("w-1", "w-2", 80, None)
+    record = b.finished(Usage(10, 120), "stop", t=0.0)
+    obj = json.loads(json.dumps(record.to_json()))
+    assert obj["request"]["migrations"] == [
+        {"from_worker": "w-0", "to_worker": "w-1", "resumed_tokens": 37, "gap_ms": 4.5},
+        {"from_worker": "w-1", "to_worker": "w-2", "resumed_tokens": 80, "gap_ms": None},
+    ]
+    assert TraceRecord.from_json(obj) == record
+    assert builder().finished(Usage(1, 1), "stop", t=0.0).to_json()["request"]["migrations"] == []
+    obj["request"]["migrations"] = {"not": "a list"}
+    with pytest.raises(ValueError):
+        TraceRecord.from_json(obj)
+    del obj["request"]["migrations"]  # records written before the field read back with none
+    assert TraceRecord.from_json(obj).migrations == ()

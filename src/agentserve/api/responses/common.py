@@ -44,31 +44,43 @@ class ResponseStore:
         self._max = max_responses
         self._items: OrderedDict[str, tuple[tuple[Text, ...], tuple[Message, ...]]] = OrderedDict()
 
-    def put(self, response_id: str, history: tuple[Message, ...], system: tuple[Text, ...] = ()) -> None:
-        self._items[response_id] = (system, history)
-        self._items.move_to_end(response_id)
+    def put(
+        self, response_id: str, history: tuple[Message, ...], system: tuple[Text, ...] = (), scope: str = ""
+    ) -> None:
+        key = scope + "\0" + response_id
+        self._items[key] = (system, history)
+        self._items.move_to_end(key)
         while len(self._items) > self._max:
             self._items.popitem(last=False)
 
-    def _entry(self, response_id: str) -> tuple[tuple[Text, ...], tuple[Message, ...]] | None:
-        entry = self._items.get(response_id)
+    def _entry(self, response_id: str, scope: str) -> tuple[tuple[Text, ...], tuple[Message, ...]] | None:
+        key = scope + "\0" + response_id
+        entry = self._items.get(key)
         if entry is not None:
-            self._items.move_to_end(response_id)
+            self._items.move_to_end(key)
         return entry
 
-    def get(self, response_id: str) -> tuple[Message, ...] | None:
-        entry = self._entry(response_id)
+    def __contains__(self, scoped: tuple[str, str]) -> bool:
+        """`(scope, response_id) in store` (no recency update)."""
+        return scoped[0] + "\0" + scoped[1] in self._items
+
+    def get(self, response_id: str, scope: str = "") -> tuple[Message, ...] | None:
+        """The stored history, only for the scope (API key) that stored it."""
+        entry = self._entry(response_id, scope)
         return None if entry is None else entry[1]
 
-    def system(self, response_id: str) -> tuple[Text, ...]:
+    def system(self, response_id: str, scope: str = "") -> tuple[Text, ...]:
         """The system text the stored response's input items carried (empty if unknown)."""
-        entry = self._entry(response_id)
+        entry = self._entry(response_id, scope)
         return () if entry is None else entry[0]
 
-    def remember(self, request: ResponsesRequest, response_id: str, turn: Message) -> None:
+    def drop(self, response_id: str, scope: str = "") -> bool:
+        return self._items.pop(scope + "\0" + response_id, None) is not None
+
+    def remember(self, request: ResponsesRequest, response_id: str, turn: Message, scope: str = "") -> None:
         """After a completed response: its whole history (input + output) under its id, if stored."""
         if request.store:
             system = request.conversation.system
             if request.instructions:  # the first system text; it does not carry over
                 system = system[1:]
-            self.put(response_id, (*request.conversation.messages, turn), system)
+            self.put(response_id, (*request.conversation.messages, turn), system, scope)

@@ -267,8 +267,11 @@ def _text(value: Any) -> tuple[str | None, ResponseFormat | None]:
     return verbosity, fmt
 
 
-def decode_responses(body: Any, *, signer: Signer, store: ResponseStore | None = None) -> ResponsesRequest:
-    """Decode a `POST /v1/responses` body (already parsed JSON). Raises only ApiError."""
+def decode_responses(
+    body: Any, *, signer: Signer, store: ResponseStore | None = None, scope: str = ""
+) -> ResponsesRequest:
+    """Decode a `POST /v1/responses` body (already parsed JSON). Raises only ApiError.
+    `previous_response_id` is looked up under `scope` (the caller's API key) only."""
     b = expect_dict(body, "body")
     d = _Decoder(signer)
     model = req_str(b, "model", "", nonempty=True)
@@ -277,14 +280,14 @@ def decode_responses(body: Any, *, signer: Signer, store: ResponseStore | None =
         d.system.append(Text(instructions))
     previous = opt_str(b, "previous_response_id", "")
     if previous is not None:
-        history = store.get(previous) if store is not None else None
+        history = store.get(previous, scope) if store is not None else None
         if history is None:
             raise InvalidRequestError(
                 f"Previous response with id {previous!r} not found.",
                 param="previous_response_id",
                 code="previous_response_not_found",
             )
-        d.system += store.system(previous) if store is not None else ()
+        d.system += store.system(previous, scope) if store is not None else ()
         d.messages += history
         for message in history:
             for call in message.tool_calls:

@@ -259,6 +259,9 @@ class SimEngine:
         sampling = request.sampling
         ids = cut_at_stops(self.tokenizer.encode, text, sampling)
         pieces = token_pieces(self.tokenizer, ids)
+        resumed = hints.resumed_tokens if hints is not None else 0
+        if resumed:  # a migrated request: what the dead worker already streamed is in the prompt
+            ids, pieces = ids[resumed:], pieces[resumed:]
         end_reason: FinishReason = "stop"
         limit = sampling.max_tokens
         if sampling.ignore_eos and ids and len(ids) < limit:

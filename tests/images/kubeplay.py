@@ -21,6 +21,7 @@ Everything here is pure (documents in, documents out); tests/images/test_image_k
 
 from __future__ import annotations
 
+import base64
 import copy
 import secrets
 from collections.abc import Iterable, Mapping
@@ -146,15 +147,62 @@ def worker_urls_for(router_yaml: str, docs: list[Doc], worker_ips: list[str]) ->
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def secret_files(secret_docs: Iterable[Doc], volume: Mapping[str, Any]) -> dict[str, bytes]:
+    """The files a kubelet writes for a secret volume: each item's key at its path (all keys if none)."""
+    source = volume["secret"]
+    (secret,) = [d for d in secret_docs if d["metadata"]["name"] == source["secretName"]]
+    values = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+    values.update({k: v.encode() for k, v in (secret.get("stringData") or {}).items()})
+    items = source.get("items") or [{"key": key, "path": key} for key in values]
+    return {item["path"]: values[item["key"]] for item in items}
+
+
+def configmap_files(configmaps: Iterable[Doc], volume: Mapping[str, Any]) -> dict[str, str]:
+    """The files a kubelet writes for a configMap volume: each item's key at its path (all if none)."""
+    source = volume["configMap"]
+    (cm,) = [d for d in configmaps if d["metadata"]["name"] == source["name"]]
+    data = cm.get("data") or {}
+    items = source.get("items") or [{"key": key, "path": key} for key in data]
+    return {item["path"]: data[item["key"]] for item in items}
+
+
+def nested_mountpoints(pod: Mapping[str, Any], volume: str) -> list[str]:
+    """Directories the kubelet makes inside a read-only volume for mounts below it
+    (kubelet's makeNestedMountpoints): without them the runtime cannot mount there."""
+    out: set[str] = set()
+    for container in pod["containers"]:
+        mounts = container.get("volumeMounts") or []
+        for outer in (m for m in mounts if m["name"] == volume):
+            base = outer["mountPath"].rstrip("/") + "/"
+            out.update(m["mountPath"][len(base) :] for m in mounts if m["mountPath"].startswith(base))
+    return sorted(out)
+
+
 def pod_document(
-    deployment: Doc, *, image: str, replica: str | int, host_aliases: Mapping[str, list[str]]
+    deployment: Doc,
+    *,
+    image: str,
+    replica: str | int,
+    host_aliases: Mapping[str, list[str]],
+    volume_dirs: Mapping[str, str] | None = None,
 ) -> Doc:
     """One Deployment replica as podman plays it: the locally built image, never pulled, one replica,
-    hostAliases for the Services; the pod template otherwise untouched."""
+    hostAliases for the Services; the pod template otherwise untouched. Secret and configMap volumes
+    become hostPaths of the directories `volume_dirs` names (by Secret/ConfigMap name), holding the
+    files a kubelet would write: podman 4.3's kube play crashes on secret volumes (a nil dereference
+    in VolumeFromSecret) and does not make the mountpoints of nested mounts as a kubelet does (the
+    signing key is mounted inside the read-only config volume)."""
     doc = copy.deepcopy(deployment)
     doc["metadata"]["name"] = f"{deployment['metadata']['name']}-{replica}"
     doc["spec"]["replicas"] = 1
     pod = doc["spec"]["template"]["spec"]
+    for volume in pod.get("volumes") or []:
+        for kind, key in (("secret", "secretName"), ("configMap", "name")):
+            if kind in volume:
+                name = volume.pop(kind)[key]
+                if volume_dirs is None or name not in volume_dirs:
+                    raise PlayError(f"volume {volume['name']}: no directory for {kind} {name}")
+                volume["hostPath"] = {"path": volume_dirs[name], "type": "Directory"}
     namespace = deployment["metadata"].get("namespace", "default")
     for container in pod["containers"] + (pod.get("initContainers") or []):
         container["image"] = image

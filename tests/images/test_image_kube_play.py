@@ -6,6 +6,7 @@ the cluster). A manifest whose command or config a container rejects fails here.
 from __future__ import annotations
 
 import copy
+import os
 import re
 import secrets
 import subprocess
@@ -61,7 +62,9 @@ def _watch(podman: Podman, pod: str, containers: list[str]) -> Callable[[], None
             state = podman.out("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name)
             if not state.startswith("running"):
                 logs = podman.run("logs", name, check=False)
-                raise AssertionError(f"{pod}/{name} {state}:\n{logs.stdout[-3000:]}{logs.stderr[-3000:]}")
+                raise AssertionError(
+                    f"{pod}/{name} is not running ({state}):\n{logs.stdout[-3000:]}{logs.stderr[-3000:]}"
+                )
 
     return alive
 
@@ -85,12 +88,17 @@ def play(podman: Podman, docs: list[kubeplay.Doc], tmp: Path) -> Played:
                     cm["data"]["router.yaml"] = kubeplay.worker_urls_for(
                         cm["data"]["router.yaml"], docs, played.ips("worker")
                     )
+        volume_dirs = write_volumes(deployment, maps, secret_docs, tmp / component)
         for replica in range(int(deployment["spec"].get("replicas", 1))):
             pod_doc = kubeplay.pod_document(
-                deployment, image=podman.agentserve, replica=f"{run}-{replica}", host_aliases=aliases
+                deployment,
+                image=podman.agentserve,
+                replica=f"{run}-{replica}",
+                host_aliases=aliases,
+                volume_dirs=volume_dirs,
             )
             path = tmp / f"{pod_doc['metadata']['name']}.yaml"
-            path.write_text(kubeplay.dump([*maps, *secret_docs, pod_doc]))
+            path.write_text(kubeplay.dump([pod_doc]))
             output = podman.out("kube", "play", str(path), timeout=180)
             match = re.search(r"Pod:\s*([0-9a-f]{64})", output)
             assert match, output
@@ -112,6 +120,42 @@ def play(podman: Podman, docs: list[kubeplay.Doc], tmp: Path) -> Played:
     for component in ORDER:
         probe(podman, played, component, deployments[component], kinds=("livenessProbe", "readinessProbe"))
     return played
+
+
+def write_volumes(
+    deployment: kubeplay.Doc,
+    configmaps: list[kubeplay.Doc],
+    secret_docs: list[kubeplay.Doc],
+    root: Path,
+) -> dict[str, str]:
+    """Each configMap and secret volume of a pod as a kubelet writes it: the files (defaultMode, group
+    fsGroup) and the mountpoints of the mounts nested in it. Returns {object name: directory}."""
+    pod = deployment["spec"]["template"]["spec"]
+    group = (pod.get("securityContext") or {}).get("fsGroup")
+    dirs: dict[str, str] = {}
+    for volume in pod.get("volumes") or []:
+        if "configMap" in volume:
+            name, files = volume["configMap"]["name"], kubeplay.configmap_files(configmaps, volume)
+            mode = volume["configMap"].get("defaultMode", 0o644)
+            contents = {rel: text.encode() for rel, text in files.items()}
+        elif "secret" in volume:
+            name, contents = volume["secret"]["secretName"], kubeplay.secret_files(secret_docs, volume)
+            mode = volume["secret"].get("defaultMode", 0o644)
+        else:
+            continue
+        directory = root / name
+        directory.mkdir(parents=True)
+        for rel, content in contents.items():
+            file = directory / rel
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_bytes(content)
+            file.chmod(mode)
+            if group is not None:
+                os.chown(file, 0, int(group))
+        for rel in kubeplay.nested_mountpoints(pod, volume["name"]):
+            (directory / rel).mkdir(parents=True, exist_ok=True)
+        dirs[name] = str(directory)
+    return dirs
 
 
 def probe(
@@ -184,7 +228,7 @@ def test_a_broken_manifest_fails(
     docs = generated(EXAMPLE)
     breaks(docs)
     started = time.monotonic()
-    with pytest.raises(AssertionError, match=r"exited") as failure:
+    with pytest.raises(AssertionError, match="is not running") as failure:
         play(podman, docs, tmp_path)
     assert says in str(failure.value)
     assert time.monotonic() - started < PROBE_CAP_S  # the exit is seen at once, not at a timeout

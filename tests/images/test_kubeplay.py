@@ -35,8 +35,9 @@ def test_pod_document_keeps_the_pod_template_but_image_ports_and_namespace_env(
 ) -> None:
     original = _deployment(docs, "frontend")
     kept = copy.deepcopy(original)
+    dirs = {"sim-config": "/run/cfg", "sim-signing-key": "/run/key"}
     played = kubeplay.pod_document(
-        original, image="localhost/x:dev", replica=1, host_aliases={"10.0.0.2": ["r"]}
+        original, image="localhost/x:dev", replica=1, host_aliases={"10.0.0.2": ["r"]}, volume_dirs=dirs
     )
     assert original == kept  # pure
     assert (
@@ -52,10 +53,32 @@ def test_pod_document_keeps_the_pod_template_but_image_ports_and_namespace_env(
     assert env["POD_NAMESPACE"] == {"name": "POD_NAMESPACE", "value": original["metadata"]["namespace"]}
     assert env["POD_NAME"] == next(e for e in before["env"] if e["name"] == "POD_NAME")
     assert played["spec"]["template"]["spec"]["hostAliases"] == [{"ip": "10.0.0.2", "hostnames": ["r"]}]
-    template = {
-        k: v for k, v in played["spec"]["template"]["spec"].items() if k not in {"containers", "hostAliases"}
-    }
-    assert template == {k: v for k, v in original["spec"]["template"]["spec"].items() if k != "containers"}
+    replaced = {"containers", "hostAliases", "volumes"}
+    template = {k: v for k, v in played["spec"]["template"]["spec"].items() if k not in replaced}
+    assert template == {k: v for k, v in original["spec"]["template"]["spec"].items() if k not in replaced}
+
+
+def test_config_and_secret_volumes_become_the_kubelets_files(docs: list[kubeplay.Doc]) -> None:
+    frontend = _deployment(docs, "frontend")
+    pod = frontend["spec"]["template"]["spec"]
+    dirs = {"sim-config": "/c", "sim-signing-key": "/k"}
+    played = kubeplay.pod_document(frontend, image="i", replica=0, host_aliases={}, volume_dirs=dirs)
+    volumes = {v["name"]: v for v in played["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["config"] == {"name": "config", "hostPath": {"path": "/c", "type": "Directory"}}
+    assert volumes["signing-key"] == {"name": "signing-key", "hostPath": {"path": "/k", "type": "Directory"}}
+    assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
+    with pytest.raises(kubeplay.PlayError, match="no directory for configMap sim-config"):
+        kubeplay.pod_document(frontend, image="i", replica=0, host_aliases={}, volume_dirs={})
+    # The key's mount sits inside the read-only config volume: the kubelet makes its mountpoint.
+    assert kubeplay.nested_mountpoints(pod, "config") == ["signing"]
+    assert kubeplay.nested_mountpoints(pod, "tmp") == []
+    configs = kubeplay.by_kind(docs, "ConfigMap")
+    (config_volume,) = [v for v in pod["volumes"] if "configMap" in v]
+    assert set(kubeplay.configmap_files(configs, config_volume)) >= {"frontend.yaml", "router.yaml"}
+    (secret_volume,) = [v for v in pod["volumes"] if "secret" in v]
+    made = kubeplay.signing_secrets(docs)
+    files = kubeplay.secret_files(made, secret_volume)
+    assert files == {"signing-key": made[0]["stringData"]["signing-key"].encode()}
 
 
 def test_router_discovery_becomes_the_worker_pods_urls(docs: list[kubeplay.Doc]) -> None:

@@ -1,5 +1,6 @@
-"""Dockerfiles under images/: linted by hadolint (docker cannot build here) and a focused check of what
-we promise about them: pinned bases, non-root, the entrypoint the operator relies on, a tight context.
+"""Dockerfiles under images/: linted by hadolint (tests/images builds and runs the CPU ones) and a
+focused check of what we promise about them: pinned bases, non-root, the entrypoint the operator relies
+on, a tight context.
 """
 
 from __future__ import annotations

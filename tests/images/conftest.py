@@ -2,7 +2,7 @@
 
 Tests marked `images` need root, buildah, podman, runc and debootstrap (scripts/test installs them from
 Debian); elsewhere they skip with the reason, and fail under CI=true. The session builds both CPU images
-once from this tree (AGENTSERVE_IMAGES_PREBUILT=1 reuses the images already in the store).
+once from this tree, tagged for this checkout (AGENTSERVE_IMAGES_PREBUILT=1 reuses them).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 # The helper modules here (podman_harness, kubeplay) import by their bare names.
 sys.path.insert(0, str(Path(__file__).parent))
 
-from podman_harness import BUILD_TIMEOUT_S, ROOT, Podman, build_env, unusable
+from podman_harness import BUILD_TIMEOUT_S, ROOT, Podman, build_env, script_env, unusable
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +37,7 @@ def built() -> dict[str, str]:
             text=True,
             timeout=BUILD_TIMEOUT_S,
             check=False,
+            env=script_env(),
         )
         assert result.returncode == 0, result.stderr[-6000:]
         # Sizes and layers (scripts/build-images' stdout) for the log of the run.

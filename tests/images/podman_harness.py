@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -73,10 +74,22 @@ class Podman:
         self._pods.clear()
 
 
+# Checkouts on one machine share the store: each tests the images of its own tree, under its own tag.
+TAG = "test-" + hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]
+
+
+def script_env() -> dict[str, str]:
+    return {**os.environ, "AGENTSERVE_IMAGE_TAG": TAG}
+
+
 def build_env() -> dict[str, str]:
     """The CONTAINERS_* variables and image names of scripts/build-images."""
     lines = subprocess.run(
-        [str(ROOT / "scripts" / "build-images"), "--env"], capture_output=True, text=True, check=True
+        [str(ROOT / "scripts" / "build-images"), "--env"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=script_env(),
     ).stdout.splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line)
 

@@ -1,5 +1,6 @@
-"""Dockerfiles under images/: linted by hadolint (docker cannot build here) and a focused check of what
-we promise about them: pinned bases, non-root, the entrypoint the operator relies on, a tight context.
+"""Dockerfiles under images/: linted by hadolint (tests/images builds and runs the CPU ones) and a
+focused check of what we promise about them: pinned bases, non-root, the entrypoint the operator relies
+on, a tight context.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from agentserve.operator.build import IMAGE_REPOSITORY
 
 ROOT = Path(__file__).resolve().parents[3]
 IMAGES = sorted((ROOT / "images").glob("*/Dockerfile"))
+# Built by scripts/build-images (tests/images runs them); the TensorRT-LLM image has NVIDIA's base only.
+CPU_IMAGES = [p for p in IMAGES if p.parent.name != "worker-trtllm"]
 
 
 def hadolint() -> str | None:
@@ -49,12 +52,34 @@ def _instructions(dockerfile: Path) -> list[tuple[str, str]]:
     return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
 
 
+def _arg_defaults(steps: list[tuple[str, str]]) -> dict[str, str]:
+    """ARG NAME=DEFAULT before the first FROM: the values a plain `docker build` uses."""
+    defaults = {}
+    for op, arg in steps:
+        if op == "FROM":
+            break
+        if op == "ARG" and "=" in arg:
+            name, value = arg.split("=", 1)
+            defaults[name.strip()] = value.strip()
+    return defaults
+
+
+@pytest.mark.parametrize("dockerfile", CPU_IMAGES, ids=lambda p: p.parent.name)
+def test_base_image_is_a_build_argument_with_a_pinned_default(dockerfile: Path) -> None:
+    """One Dockerfile builds on the public base (`docker build`) and on a local one (scripts/build-images
+    passes --build-arg BASE_IMAGE=...): every stage starts FROM ${BASE_IMAGE}."""
+    steps = _instructions(dockerfile)
+    assert "BASE_IMAGE" in _arg_defaults(steps)
+    assert [arg.split()[0] for op, arg in steps if op == "FROM"] == ["${BASE_IMAGE}", "${BASE_IMAGE}"]
+
+
 @pytest.mark.parametrize("dockerfile", IMAGES, ids=lambda p: p.parent.name)
 def test_pinned_non_root_and_started_as_agentserve(dockerfile: Path) -> None:
     steps = _instructions(dockerfile)
+    args = _arg_defaults(steps)
     for op, arg in steps:
         if op == "FROM":
-            image = arg.split()[0]
+            image = re.sub(r"\$\{?(\w+)\}?", lambda m: args[m.group(1)], arg.split()[0])
             tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
             assert re.fullmatch(r"\d+\.\d+\.\d+.*", tag), f"{image}: pin a full version tag"
             assert "latest" not in tag

@@ -121,6 +121,13 @@ class RouterConfig(_Config):
     port: int = Field(8100, ge=0, le=65535, description="port to listen on")
     policy: Literal["kv", "round-robin", "random", "least-loaded"] = Field("kv", description="placement")
     overlap_weight: float = Field(1.0, ge=0, description="weight of prefill blocks not cached on a worker")
+    # 0.15: bringing a block back from host (~2 µs/token over PCIe) vs recomputing it (~15 µs+).
+    host_hit_weight: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description="cost of a prompt block a worker holds only on host, as a fraction of a miss",
+    )
     # 0.1: an active block costs a decode step ~0.6 µs, a prefilled block ~1 ms (docs/router.md).
     load_weight: float = Field(0.1, ge=0, description="weight of a worker's active decode blocks")
     temperature: float = Field(0.0, ge=0, description="softmax temperature over costs (0: argmin)")

@@ -1,0 +1,48 @@
+"""The frontend's KV retention policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentserve.frontend.retention import AGENT, OFF, RetentionInputs, RetentionPolicy, decide_retention
+from agentserve.worker.engine import TokenRangeRetention
+
+
+def test_off_keeps_nothing() -> None:
+    assert decide_retention(OFF, RetentionInputs(1000, 500, has_tools=True)) is None
+
+
+def test_agent_pins_the_shared_prefix_and_keeps_the_session_through_a_tool_gap() -> None:
+    r = decide_retention(AGENT, RetentionInputs(1000, 400, has_tools=True, after_tool_result=True, idle_s=30))
+    assert r is not None
+    assert r.ranges == (
+        TokenRangeRetention(0, 400, AGENT.prefix_priority, None),
+        TokenRangeRetention(400, None, AGENT.session_priority, AGENT.session_duration_s),
+    )
+    assert (r.decode_priority, r.decode_duration_s) == (AGENT.session_priority, AGENT.session_duration_s)
+
+
+def test_a_session_back_after_a_long_idle_time_or_without_tools_is_kept_shorter() -> None:
+    late = decide_retention(AGENT, RetentionInputs(1000, 0, has_tools=True, idle_s=AGENT.session_duration_s + 1))
+    chat = decide_retention(AGENT, RetentionInputs(1000, 0))
+    for r in (late, chat):
+        assert r is not None
+        assert r.ranges == (TokenRangeRetention(0, None, AGENT.idle_priority, AGENT.idle_duration_s),)
+
+
+def test_agent_hint_priority_shifts_session_priority_within_bounds() -> None:
+    up = decide_retention(AGENT, RetentionInputs(100, 0, has_tools=True, hint_priority=100))
+    down = decide_retention(AGENT, RetentionInputs(100, 0, has_tools=True, hint_priority=-100))
+    assert up is not None and up.ranges[0].priority == AGENT.max_priority < AGENT.prefix_priority
+    assert down is not None and down.ranges[0].priority == 0
+
+
+def test_a_prefix_longer_than_the_prompt_is_clamped() -> None:
+    r = decide_retention(AGENT, RetentionInputs(100, 5000, has_tools=True))
+    assert r is not None and r.ranges == (TokenRangeRetention(0, 100, AGENT.prefix_priority, None),)
+
+
+@pytest.mark.parametrize("field", ["session_priority", "prefix_priority"])
+def test_priorities_out_of_range_are_refused(field: str) -> None:
+    with pytest.raises(ValueError):
+        RetentionPolicy(**{field: 101})  # type: ignore[arg-type]

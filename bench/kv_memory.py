@@ -162,7 +162,9 @@ def run(
             )
             s.last_end = now
             if s.turn < trace.turns:
-                tool = [s.rng.randrange(VOCAB) for _ in range(max(1, int(s.rng.gauss(trace.tool_tokens, 60))))]
+                tool = [
+                    s.rng.randrange(VOCAB) for _ in range(max(1, int(s.rng.gauss(trace.tool_tokens, 60))))
+                ]
                 s.tokens = s.tokens + list(seq.output) + tool
                 heapq.heappush(arrivals, (now + gap_seconds(s.rng), s.sid))
             else:
@@ -237,7 +239,8 @@ def main() -> None:
     gpu = int(live * args.gpu_fraction)
     host = int(gpu * args.host_factor)
     print(
-        f"{sessions} sessions x {turns} turns, {args.workers} workers; peak live working set {live} blocks/worker; "
+        f"{sessions} sessions x {turns} turns, {args.workers} workers; "
+        f"peak live working set {live} blocks/worker; "
         f"GPU {gpu} blocks/worker ({args.gpu_fraction:.0%}), host {host}"
     )
     variants: dict[str, tuple[int, int, RetentionPolicy | None]] = {
@@ -253,7 +256,8 @@ def main() -> None:
         summary[name] = summarise(results[name], trace.prefix_tokens)
         s = summary[name]
         print(
-            f"{name:15s} recomputed {s['recomputed'] / 1e6:7.2f}M tok  hit {s['hit_rate']:6.1%} session part {s['session_hit']:6.1%}  "
+            f"{name:15s} recomputed {s['recomputed'] / 1e6:7.2f}M tok  hit {s['hit_rate']:6.1%} "
+            f"session part {s['session_hit']:6.1%}  "
             f"(host {s['host_share']:5.1%})  TTFT p50 {s['ttft_p50'] * 1e3:7.1f} ms  "
             f"p99 {s['ttft_p99'] * 1e3:8.1f} ms   [{time.perf_counter() - t0:.1f} s]"
         )
@@ -273,7 +277,8 @@ def main() -> None:
         f"retention+host {best['session_hit'] / oracle['session_hit']:.1%}"
     )
     print(
-        f"returning-turn TTFT p50 lru / retention+host: {lru['ttft_p50'] / best['ttft_p50']:.2f}x (target >= 2x); "
+        f"returning-turn TTFT p50 lru / retention+host: {lru['ttft_p50'] / best['ttft_p50']:.2f}x "
+        "(target >= 2x); "
         f"p99 {lru['ttft_p99'] / best['ttft_p99']:.2f}x"
     )
     plot(results, summary, Path(__file__).parent / "results" / "kv_memory.png")

@@ -23,6 +23,7 @@ forever except for the shared prefix, whose size the deployment bounds.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -98,3 +99,49 @@ def decide_retention(policy: RetentionPolicy, inputs: RetentionInputs) -> Retent
     if priority == RETENTION_PRIORITY_DEFAULT:
         return Retention(tuple(ranges)) if ranges else None
     return Retention(tuple(ranges), decode_priority=priority, decode_duration_s=duration)
+
+
+class RetentionTracker:
+    """What the policy needs that no single request says: the deployment's shared prefix (the
+    longest common block-hash prefix between prompts of different sessions that start alike) and
+    each session's idle time (since its previous request). Bounded LRU maps; pure apart from the
+    `now` the caller passes."""
+
+    def __init__(self, block_size: int, max_entries: int = 4096) -> None:
+        self.block_size = block_size
+        self.max_entries = max_entries
+        # first block hash -> (session of the last prompt seen, its hashes, shared blocks known)
+        self._prefixes: OrderedDict[int, tuple[str | None, tuple[int, ...], int]] = OrderedDict()
+        self._last_seen: OrderedDict[str, float] = OrderedDict()
+
+    def observe(
+        self, block_hashes: tuple[int, ...], session: str | None, now: float
+    ) -> tuple[int, float | None]:
+        """(shared prefix tokens, idle seconds of the session or None) for a new request."""
+        idle = None
+        if session is not None:
+            last = self._last_seen.pop(session, None)
+            idle = None if last is None else max(0.0, now - last)
+            self._last_seen[session] = now
+            if len(self._last_seen) > self.max_entries:
+                self._last_seen.popitem(last=False)
+        if not block_hashes:
+            return 0, idle
+        key = block_hashes[0]
+        entry = self._prefixes.pop(key, None)
+        shared = 0
+        if entry is not None:
+            other, hashes, shared = entry
+            if other != session or session is None:
+                n = 0
+                for a, b in zip(hashes, block_hashes, strict=False):
+                    if a != b:
+                        break
+                    n += 1
+                # Another conversation sharing n blocks: the deployment's prefix is what all share.
+                if n:
+                    shared = n if shared == 0 else min(shared, n)
+        self._prefixes[key] = (session, block_hashes, shared)
+        if len(self._prefixes) > self.max_entries:
+            self._prefixes.popitem(last=False)
+        return min(shared, len(block_hashes)) * self.block_size, idle

@@ -132,7 +132,7 @@ class Placement:
                     costs[w] = float(load)
                 else:
                     cached = min(overlaps.get(w, 0), prompt_blocks)
-                    uncached = prompt_blocks - cached
+                    uncached: float = prompt_blocks - cached
                     if host_overlaps:
                         # A host hit is a copy back (~2 µs/token), not a recompute (~15+ µs/token).
                         uncached += self.config.host_hit_weight * min(host_overlaps.get(w, 0), cached)

@@ -248,7 +248,8 @@ class KvPool:
         """Drop one reference to each block of a chain; unreferenced blocks become evictable.
 
         `retentions[i]` is block i's (priority, duration) from the request's retention (None: the
-        default class); the last release of a shared block decides its class. The chain's last block is released first so it sits older in its class
+        default class); the last release of a shared block decides its class. The chain's last
+        block is released first so it sits older in its class
         than its parents: eviction takes the tail of a prefix before its head.
         """
         for i in range(len(hashes) - 1, -1, -1):

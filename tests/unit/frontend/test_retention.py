@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.frontend.retention import AGENT, OFF, RetentionInputs, RetentionPolicy, decide_retention
+from agentserve.frontend.retention import (
+    AGENT,
+    OFF,
+    RetentionInputs,
+    RetentionPolicy,
+    RetentionTracker,
+    decide_retention,
+)
 from agentserve.worker.engine import TokenRangeRetention
 
 
@@ -23,7 +30,9 @@ def test_agent_pins_the_shared_prefix_and_keeps_the_session_through_a_tool_gap()
 
 
 def test_a_session_back_after_a_long_idle_time_or_without_tools_is_kept_shorter() -> None:
-    late = decide_retention(AGENT, RetentionInputs(1000, 0, has_tools=True, idle_s=AGENT.session_duration_s + 1))
+    late = decide_retention(
+        AGENT, RetentionInputs(1000, 0, has_tools=True, idle_s=AGENT.session_duration_s + 1)
+    )
     chat = decide_retention(AGENT, RetentionInputs(1000, 0))
     for r in (late, chat):
         assert r is not None
@@ -46,3 +55,15 @@ def test_a_prefix_longer_than_the_prompt_is_clamped() -> None:
 def test_priorities_out_of_range_are_refused(field: str) -> None:
     with pytest.raises(ValueError):
         RetentionPolicy(**{field: 101})  # type: ignore[arg-type]
+
+
+def test_tracker_learns_the_shared_prefix_across_sessions_and_the_idle_time() -> None:
+    t = RetentionTracker(block_size=32)
+    prefix = (1, 2, 3, 4)
+    assert t.observe((*prefix, 10, 11), "a", now=0.0) == (0, None)
+    # The same session growing its prompt says nothing about what other sessions share.
+    assert t.observe((*prefix, 10, 11, 12), "a", now=5.0) == (0, 5.0)
+    shared, idle = t.observe((*prefix, 20), "b", now=6.0)
+    assert (shared, idle) == (4 * 32, None)
+    # A third conversation sharing less narrows the known prefix.
+    assert t.observe((1, 2, 30), "c", now=7.0)[0] == 2 * 32

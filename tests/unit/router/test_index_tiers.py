@@ -43,7 +43,9 @@ def test_a_host_hit_costs_between_a_gpu_hit_and_a_miss() -> None:
     config = RouterConfig(block_size=4, load_weight=0.0)
     placement = Placement(config, rng=random.Random(0), clock=lambda: 0.0)
     request = RouteRequest([1, 2, 3, 4], 16)
-    decision = placement.choose(request, ["gpu", "host", "miss"], {"gpu": 4, "host": 4}, host_overlaps={"host": 4})
+    decision = placement.choose(
+        request, ["gpu", "host", "miss"], {"gpu": 4, "host": 4}, host_overlaps={"host": 4}
+    )
     assert decision.worker == "gpu"
     costs = decision.costs
     assert costs["gpu"] < costs["host"] < costs["miss"]

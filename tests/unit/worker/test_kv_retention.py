@@ -131,7 +131,7 @@ def test_scheduler_counts_host_hits_as_cached_and_prices_the_transfer() -> None:
     while sched.has_work:
         sched.step()
     assert pool.match_tiers(block_hashes(prompt, BS))[1] > 0
-    sched.add(SimSequence("c", list(prompt) + [7, 7, 7, 7], 28, [1], "stop"))
+    sched.add(SimSequence("c", [*prompt, 7, 7, 7, 7], 28, [1], "stop"))
     outcome = sched.step()
     seq = outcome.started[0]
     assert seq.cached_tokens == 24 and seq.host_tokens > 0
@@ -143,7 +143,11 @@ def test_scheduler_counts_host_hits_as_cached_and_prices_the_transfer() -> None:
 
 
 def test_wire_carries_the_tier_and_stays_readable_by_old_decoders() -> None:
-    events = [BlockStored(1, (5, 6), 4, 8, "cpu"), BlockRemoved(2, (7,), "cpu"), BlockStored(3, (8,), None, 4)]
+    events = [
+        BlockStored(1, (5, 6), 4, 8, "cpu"),
+        BlockRemoved(2, (7,), "cpu"),
+        BlockStored(3, (8,), None, 4),
+    ]
     frames = encode_batch(events)
     assert decode_batch(frames) == events
     # A gpu event is encoded exactly as before the tier existed.
@@ -154,3 +158,61 @@ def test_wire_carries_the_tier_and_stays_readable_by_old_decoders() -> None:
     bad = encode_batch([BlockStored(1, (5,), None, 4, "disk")])
     with pytest.raises(KvWireError):
         decode_batch(bad)
+
+
+def test_retention_travels_over_the_generate_wire_in_json_and_msgpack() -> None:
+    import json
+
+    from agentserve.worker.engine import GenerateRequest, SamplingParams
+    from agentserve.worker.wire import decode_request, encode_request
+
+    retention = Retention(
+        (TokenRangeRetention(0, 640, 90, None), TokenRangeRetention(640, None, 80, 600.0)), 80, 600.0
+    )
+    req = GenerateRequest("r", [1, 2, 3], SamplingParams(max_tokens=4), retention=retention)
+    body = encode_request(req)
+    assert decode_request(json.loads(json.dumps(body))).retention == retention
+    import msgpack
+
+    assert decode_request(msgpack.unpackb(msgpack.packb(body))).retention == retention
+    assert "retention" not in encode_request(GenerateRequest("r", [1], SamplingParams(max_tokens=1)))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"ranges": [[0, None, 101, None]]},
+        {"ranges": [[5, 2, 50, None]]},
+        {"ranges": [[0, None, 50, -1]]},
+        {"ranges": [[0, None, 50]]},
+        {"ranges": "x"},
+        {"decode_priority": True},
+        {"bogus": 1},
+        [],
+    ],
+)
+def test_bad_retention_is_a_wire_error(raw: object) -> None:
+    from agentserve.worker.wire import WireError, decode_request
+
+    with pytest.raises(WireError):
+        decode_request({"token_ids": [1], "sampling": {"max_tokens": 1}, "retention": raw})
+
+
+@pytest.mark.anyio
+async def test_sim_engine_honours_retention_unless_turned_off() -> None:
+    from agentserve.worker.engine import GenerateRequest, SamplingParams
+    from agentserve.worker.engines.sim import SimConfig, SimEngine
+
+    retention = Retention((TokenRangeRetention(0, None, 90, None),))
+    for honour, expected in ((True, 90), (False, 35)):
+        engine = SimEngine(SimConfig(num_blocks=64, block_size=4, speedup=0, honour_retention=honour))
+        await engine.start()
+        prompt = list(range(100, 116))
+        stream = engine.generate(
+            GenerateRequest("a", prompt, SamplingParams(max_tokens=2), retention=retention)
+        )
+        async for _ in stream:
+            pass
+        first = block_hashes(prompt, 4)[0]
+        assert engine.pool.priority_of(first) == expected
+        await engine.stop()

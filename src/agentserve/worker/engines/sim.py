@@ -46,6 +46,7 @@ class SimConfig:
     num_blocks: int = 32768
     block_size: int = 32
     host_blocks: int = 0  # host-tier KV blocks (0: evicted blocks are dropped)
+    honour_retention: bool = True  # False (--kv-retention off): every block in the default class
     hash_seed: int = 0
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     timing: TimingModel = DEFAULT_TIMING
@@ -197,7 +198,7 @@ class SimEngine:
         self._validate(prompt, request.sampling)
         output, pieces, end_reason = self._plan(request, prompt)
         seq = SimSequence(rid, prompt, len(prompt), output, end_reason, request.priority)
-        seq.retention = request.retention
+        seq.retention = request.retention if self.config.honour_retention else None
         self.scheduler.add(seq)
         stream = _SimStream(self, rid, pieces)
         self._streams[rid] = stream

@@ -254,12 +254,17 @@ def main() -> None:
         t0 = time.perf_counter()
         results[name] = run(trace, g, h, policy)[0]
         summary[name] = summarise(results[name], trace.prefix_tokens)
+        # Returning turns that lost some of their prefix (cached less than the oracle did).
+        best_case = {(r.session, r.turn): r.cached for r in oracle_results}
+        back = [r for r in results[name] if r.turn >= 2]
+        summary[name]["lost_turns"] = sum(r.cached < best_case[(r.session, r.turn)] for r in back) / len(back)
         s = summary[name]
         print(
             f"{name:15s} recomputed {s['recomputed'] / 1e6:7.2f}M tok  hit {s['hit_rate']:6.1%} "
             f"session part {s['session_hit']:6.1%}  "
             f"(host {s['host_share']:5.1%})  TTFT p50 {s['ttft_p50'] * 1e3:7.1f} ms  "
-            f"p99 {s['ttft_p99'] * 1e3:8.1f} ms   [{time.perf_counter() - t0:.1f} s]"
+            f"p99 {s['ttft_p99'] * 1e3:8.1f} ms  turns that lost prefix {s['lost_turns']:5.1%}  "
+            f"[{time.perf_counter() - t0:.1f} s]"
         )
     results["oracle"] = oracle_results
     summary["oracle"] = o = summarise(oracle_results, trace.prefix_tokens)

@@ -10,9 +10,10 @@ does not, and turns it into a `Retention` (TensorRT-LLM's 0..100 scale, default 
 - the rest of an agent session's prompt and its generated tokens are kept at `session_priority`
   for `session_duration_s`: an agent (the request declares tools, or continues after a tool
   result) will be back within a tool call's duration;
-- a conversation without tools, or a session that came back after a long idle time (over
-  `session_duration_s`: it is paced by a person, not a tool), gets `idle_priority` for
-  `idle_duration_s`;
+- a conversation without tools gets `idle_priority` for `idle_duration_s`, and nothing beyond the
+  shared prefix once it came back after a long idle time (over `session_duration_s`: paced by a
+  person who may not return soon); an agent session back from a long pause keeps the session class
+  (its next gaps are tool calls again: on bench/kv_memory.py's trace demoting it lost hits);
 - `agent_hints.priority` shifts the session priorities by `hint_step` per unit (clamped to
   0..`max_priority`, which stays below the pinned prefix);
 - mode `off`: no retention (the engine's plain LRU).
@@ -84,11 +85,13 @@ def decide_retention(policy: RetentionPolicy, inputs: RetentionInputs) -> Retent
     prefix = max(0, min(inputs.shared_prefix_tokens, inputs.prompt_tokens))
     agent = inputs.has_tools or inputs.after_tool_result
     came_back_late = inputs.idle_s is not None and inputs.idle_s > policy.session_duration_s
-    if agent and not came_back_late:
+    if agent:
         priority, duration = policy.session_priority, policy.session_duration_s
+    elif came_back_late:
+        priority, duration = RETENTION_PRIORITY_DEFAULT, policy.idle_duration_s
     else:
         priority, duration = policy.idle_priority, policy.idle_duration_s
-    if inputs.hint_priority:
+    if inputs.hint_priority and priority != RETENTION_PRIORITY_DEFAULT:
         priority += inputs.hint_priority * policy.hint_step
     priority = max(RETENTION_PRIORITY_MIN, min(priority, policy.max_priority))
     ranges: list[TokenRangeRetention] = []

@@ -29,14 +29,17 @@ def test_agent_pins_the_shared_prefix_and_keeps_the_session_through_a_tool_gap()
     assert (r.decode_priority, r.decode_duration_s) == (AGENT.session_priority, AGENT.session_duration_s)
 
 
-def test_a_session_back_after_a_long_idle_time_or_without_tools_is_kept_shorter() -> None:
-    late = decide_retention(
-        AGENT, RetentionInputs(1000, 0, has_tools=True, idle_s=AGENT.session_duration_s + 1)
-    )
+def test_chat_is_kept_shorter_and_not_at_all_after_a_long_idle_time_while_agents_keep_their_class() -> None:
     chat = decide_retention(AGENT, RetentionInputs(1000, 0))
-    for r in (late, chat):
-        assert r is not None
-        assert r.ranges == (TokenRangeRetention(0, None, AGENT.idle_priority, AGENT.idle_duration_s),)
+    assert chat is not None
+    assert chat.ranges == (TokenRangeRetention(0, None, AGENT.idle_priority, AGENT.idle_duration_s),)
+    late_chat = decide_retention(AGENT, RetentionInputs(1000, 200, idle_s=AGENT.session_duration_s + 1))
+    assert late_chat is not None
+    assert late_chat.ranges == (TokenRangeRetention(0, 200, AGENT.prefix_priority, None),)
+    assert late_chat.decode_priority is None
+    assert decide_retention(AGENT, RetentionInputs(1000, 0, idle_s=AGENT.session_duration_s + 1)) is None
+    late_agent = decide_retention(AGENT, RetentionInputs(1000, 0, has_tools=True, idle_s=1e6))
+    assert late_agent is not None and late_agent.ranges[0].priority == AGENT.session_priority
 
 
 def test_agent_hint_priority_shifts_session_priority_within_bounds() -> None:

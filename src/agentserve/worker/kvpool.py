@@ -82,6 +82,7 @@ class KvPool:
         self._free: dict[int, OrderedDict[int, None]] = {}
         self._class: dict[int, int] = {}  # unreferenced block -> its class
         self._expiry: list[tuple[float, int, int]] = []  # heap of (expires at, block, class)
+        self._expires: dict[int, float] = {}  # unreferenced retained block -> its current expiry
         self._host: OrderedDict[int, None] = OrderedDict()  # host tier, least recently spilled first
         self._num_free = 0
         self._private = 0
@@ -259,7 +260,9 @@ class KvPool:
             if count == 0:
                 prio, duration = retentions[i] if retentions is not None else DEFAULT_BLOCK_RETENTION
                 if prio != RETENTION_PRIORITY_DEFAULT and duration is not None:
-                    heapq.heappush(self._expiry, (self.now + duration, h, prio))
+                    at = self.now + duration
+                    self._expires[h] = at
+                    heapq.heappush(self._expiry, (at, h, prio))
                 self._put_free(h, prio)
 
     def clear(self) -> None:
@@ -270,6 +273,7 @@ class KvPool:
         self._free.clear()
         self._class.clear()
         self._expiry.clear()
+        self._expires.clear()
         self._host.clear()
         self._num_free = 0
         self._events.append(AllCleared(self._next_seq()))
@@ -285,6 +289,7 @@ class KvPool:
         self._num_free += 1
 
     def _unfree(self, h: int) -> None:
+        self._expires.pop(h, None)
         prio = self._class.pop(h)
         del self._free[prio][h]
         self._num_free -= 1
@@ -293,9 +298,10 @@ class KvPool:
         """Demote blocks whose retention ran out to the default class (as least recently used)."""
         heap, now = self._expiry, self.now
         while heap and heap[0][0] <= now:
-            _at, h, prio = heapq.heappop(heap)
-            if self._class.get(h) != prio or prio == RETENTION_PRIORITY_DEFAULT:
-                continue  # referenced again, evicted, or re-released into another class since
+            at, h, prio = heapq.heappop(heap)
+            if self._class.get(h) != prio or self._expires.get(h) != at:
+                continue  # referenced again, evicted, or re-released (a later expiry) since
+            del self._expires[h]
             del self._free[prio][h]
             self._class[h] = RETENTION_PRIORITY_DEFAULT
             default = self._free.setdefault(RETENTION_PRIORITY_DEFAULT, OrderedDict())
@@ -314,6 +320,7 @@ class KvPool:
             h, _none = self._free[prio].popitem(last=False)
             del self._class[h]
             del self._refs[h]
+            self._expires.pop(h, None)
             removed.append(h)
         self._num_free -= evict
         if not self.host_blocks:

@@ -216,3 +216,16 @@ async def test_sim_engine_honours_retention_unless_turned_off() -> None:
         first = block_hashes(prompt, 4)[0]
         assert engine.pool.priority_of(first) == expected
         await engine.stop()
+
+
+def test_a_re_released_block_expires_from_its_latest_release_not_its_first() -> None:
+    pool = KvPool(4, BS)
+    kept = chain(0, 1)
+    cache(pool, kept, 80, duration=10.0)
+    pool.now = 8.0
+    assert pool.acquire(kept)
+    pool.release(kept, [(80, 10.0)])
+    pool.now = 12.0  # past the first release's expiry, within the second's
+    assert pool.priority_of(kept[0]) == 80
+    pool.now = 18.0
+    assert pool.priority_of(kept[0]) == 35

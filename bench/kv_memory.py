@@ -52,6 +52,8 @@ class Trace:
     tool_tokens: int  # tool result per turn (mean)
     workers: int
     seed: int
+    chat_rate: float = 0.0  # one-off chat requests (no tools, no reuse) per second per worker
+    chat_tokens: int = 4000
 
 
 @dataclass(slots=True)
@@ -104,7 +106,17 @@ def run(
         s = Session(sid, sid % trace.workers, tokens, list(prefix_hashes), rng=srng)
         sessions.append(s)
         heapq.heappush(arrivals, (srng.uniform(0.0, 60.0), sid))
-    pending: dict[str, tuple[Session, float]] = {}
+    # Background chats: arrival times per worker (a Poisson process), ids below zero in `arrivals`.
+    crng = random.Random(trace.seed + 7)
+    chats: list[int] = []  # chat id -> worker
+    for w in range(trace.workers):
+        t = 0.0
+        while trace.chat_rate > 0 and t < 3600.0:
+            t += crng.expovariate(trace.chat_rate)
+            chats.append(w)
+            heapq.heappush(arrivals, (t, -len(chats)))
+    active = trace.sessions
+    pending: dict[str, tuple[Session | None, float]] = {}
     first_token: dict[str, float] = {}
     results: list[TurnResult] = []
     live = [len(prefix_hashes)] * trace.workers
@@ -129,11 +141,25 @@ def run(
         scheds[s.worker].add(seq)
         pending[rid] = (s, at)
 
+    def submit_chat(cid: int, w: int, at: float) -> None:
+        tokens = [crng.randrange(VOCAB) for _ in range(trace.chat_tokens)]
+        seq = SimSequence(f"c{cid}", tokens, len(tokens), [1] * trace.output_tokens, "stop")
+        if policy is not None:
+            seq.retention = decide_retention(policy, RetentionInputs(len(tokens)))
+        if not scheds[w].has_work:
+            clocks[w] = max(clocks[w], at)
+        scheds[w].add(seq)
+        pending[seq.request_id] = (None, at)
+
     while True:
         busy = [w for w in range(trace.workers) if scheds[w].has_work]
         next_step = min(busy, key=lambda w: clocks[w]) if busy else None
         if arrivals and (next_step is None or arrivals[0][0] <= clocks[next_step]):
             at, sid = heapq.heappop(arrivals)
+            if sid < 0:
+                if active:
+                    submit_chat(-sid, chats[-sid - 1], at)
+                continue
             s = sessions[sid]
             if not scheds[s.worker].has_work:
                 clocks[s.worker] = max(clocks[s.worker], at)
@@ -144,12 +170,20 @@ def run(
         w = next_step
         pools[w].now = clocks[w]
         outcome = scheds[w].step()
+        if outcome.work.empty and not scheds[w].running:
+            raise RuntimeError(
+                "a prompt larger than the GPU KV cache cannot be admitted: raise --gpu-fraction"
+            )
         clocks[w] += timing.step_seconds(outcome.work)
         now = clocks[w]
         for seq in outcome.emitted:
             first_token.setdefault(seq.request_id, now)
         for seq, _reason in outcome.finished:
-            s, at = pending.pop(seq.request_id)
+            owner, at = pending.pop(seq.request_id)
+            if owner is None:  # a background chat
+                first_token.pop(seq.request_id, None)
+                continue
+            s = owner
             results.append(
                 TurnResult(
                     s.sid,
@@ -169,6 +203,7 @@ def run(
                 heapq.heappush(arrivals, (now + gap_seconds(s.rng), s.sid))
             else:
                 live[s.worker] -= len(s.hashes) - len(prefix_hashes)
+                active -= 1
     return results, peak
 
 
@@ -229,19 +264,29 @@ def main() -> None:
     ap.add_argument("--gpu-fraction", type=float, default=0.5, help="GPU KV / live working set")
     ap.add_argument("--host-factor", type=float, default=2.0, help="host blocks / GPU blocks")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--chat-rate",
+        type=float,
+        default=0.0,
+        help="background one-off chats (4K tokens) per second per worker",
+    )
     args = ap.parse_args()
     sessions, turns = (16, 8) if args.quick else (64, 20)
-    trace = Trace(sessions, turns, 20_000, 2_000, 120, 400, args.workers, args.seed)
+    trace = Trace(sessions, turns, 20_000, 2_000, 120, 400, args.workers, args.seed, args.chat_rate)
     # The oracle runs first: its trace (no eviction) measures the live working set to size the rest.
     t0 = time.perf_counter()
     oracle_results, live = run(trace, 10**9, 0, None)
     oracle_s = time.perf_counter() - t0
-    gpu = int(live * args.gpu_fraction)
+    # Never below what the longest prompt needs (a session's last turn) with room for a second one.
+    longest = (
+        trace.prefix_tokens + trace.first_tokens + turns * (trace.output_tokens + trace.tool_tokens + 180)
+    ) // BLOCK
+    gpu = max(int(live * args.gpu_fraction), 2 * longest)
     host = int(gpu * args.host_factor)
     print(
-        f"{sessions} sessions x {turns} turns, {args.workers} workers; "
+        f"{sessions} sessions x {turns} turns, {args.workers} workers, chats {args.chat_rate}/s/worker; "
         f"peak live working set {live} blocks/worker; "
-        f"GPU {gpu} blocks/worker ({args.gpu_fraction:.0%}), host {host}"
+        f"GPU {gpu} blocks/worker ({gpu / live:.0%}), host {host}"
     )
     variants: dict[str, tuple[int, int, RetentionPolicy | None]] = {
         "lru": (gpu, 0, None),

@@ -62,6 +62,21 @@ class PromptConfig(_Config):
 
 class FrontendConfig(PromptConfig):
     host: str = Field("0.0.0.0", description="address to listen on")
+    kv_retention: Literal["off", "agent"] = Field(
+        "agent", description="KV retention policy sent with each request (off: engines' plain LRU)"
+    )
+    kv_retention_session_seconds: float = Field(
+        600.0, gt=0, description="how long an agent session's KV outlives its turn (tool-call gaps)"
+    )
+    kv_retention_idle_seconds: float = Field(
+        120.0, gt=0, description="how long a chat or late-returning session's KV is kept"
+    )
+    kv_retention_session_priority: int = Field(
+        80, ge=0, le=100, description="retention priority of agent session blocks (0-100, default 35)"
+    )
+    kv_retention_prefix_priority: int = Field(
+        90, ge=0, le=100, description="retention priority of the shared system/tools prefix (no expiry)"
+    )
     port: int = Field(8000, ge=0, le=65535, description="port to listen on")
     apis: list[ApiName] = Field(default_factory=lambda: list(ALL_APIS), description="APIs served")
     enable_streaming_tool_dispatch: bool = Field(True, description="dispatch tool calls while decoding")
@@ -141,6 +156,9 @@ class UpConfig(FrontendConfig):
         1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
     )
     sim_kv_blocks: int = Field(32768, ge=1, description="KV cache size of each sim worker, in blocks")
+    sim_host_kv_blocks: int = Field(
+        0, ge=0, description="host-tier KV blocks of each sim worker (0: no host tier)"
+    )
 
 
 class RouterConfig(_Config):
@@ -148,6 +166,13 @@ class RouterConfig(_Config):
     port: int = Field(8100, ge=0, le=65535, description="port to listen on")
     policy: Literal["kv", "round-robin", "random", "least-loaded"] = Field("kv", description="placement")
     overlap_weight: float = Field(1.0, ge=0, description="weight of prefill blocks not cached on a worker")
+    # 0.15: bringing a block back from host (~2 µs/token over PCIe) vs recomputing it (~15 µs+).
+    host_hit_weight: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description="cost of a prompt block a worker holds only on host, as a fraction of a miss",
+    )
     # 0.1: an active block costs a decode step ~0.6 µs, a prefilled block ~1 ms (docs/router.md).
     load_weight: float = Field(0.1, ge=0, description="weight of a worker's active decode blocks")
     temperature: float = Field(0.0, ge=0, description="softmax temperature over costs (0: argmin)")
@@ -205,6 +230,15 @@ class WorkerConfig(_Config):
     enable_chunked_prefill: bool = Field(True, description="split long prompts across iterations")
     request_abort: bool = Field(True, description="abort engine requests whose caller disconnected")
     sim_kv_blocks: int = Field(32768, ge=1, description="KV cache size of the sim engine, in blocks")
+    sim_host_kv_blocks: int = Field(
+        0, ge=0, description="host-tier KV blocks of the sim engine (0: evicted blocks are dropped)"
+    )
+    kv_retention: Literal["off", "agent"] = Field(
+        "agent", description="honour the retention sent with requests (off: plain LRU)"
+    )
+    host_cache_size: int = Field(
+        0, ge=0, description="host (secondary) KV cache in bytes (trtllm KvCacheConfig.host_cache_size)"
+    )
     sim_speedup: float = Field(
         1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
     )

@@ -13,6 +13,7 @@ metrics). HTTP specifics stay in `app.py` and `http.py`.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from agentserve.frontend.plan import (
     sampling_params,
 )
 from agentserve.frontend.relay import Relay
+from agentserve.frontend.retention import RetentionInputs, RetentionPolicy, RetentionTracker, decide_retention
 from agentserve.frontend.surfaces import Context, StreamWriter, Surface, stream_response_id
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
@@ -55,7 +57,7 @@ from agentserve.router.dispatch import NoCapacityError, WorkerLostError
 from agentserve.state import open_store, state_url
 from agentserve.state.shared import SharedState
 from agentserve.telemetry import RequestTelemetry, Telemetry
-from agentserve.worker.engine import GenerateRequest
+from agentserve.worker.engine import GenerateRequest, Retention
 from agentserve.worker.engine import InvalidRequestError as EngineInvalidRequest
 
 log = logging.getLogger("agentserve.frontend")
@@ -99,6 +101,17 @@ class Frontend:
         self.config = config
         self.backend = backend
         self.pipeline = pipeline
+        self._retention_policy = RetentionPolicy(
+            mode=config.kv_retention,
+            prefix_priority=config.kv_retention_prefix_priority,
+            session_priority=config.kv_retention_session_priority,
+            session_duration_s=config.kv_retention_session_seconds,
+            idle_duration_s=config.kv_retention_idle_seconds,
+            max_priority=min(
+                config.kv_retention_prefix_priority, max(config.kv_retention_session_priority, 85)
+            ),
+        )
+        self._retention_tracker = RetentionTracker(pipeline.block_size)
         self.models: list[ModelFacts] = served_models(config, pipeline.family)
         self._model_ids = frozenset(i for m in self.models for i in m.ids)
         self.telemetry = telemetry or Telemetry.from_config(config, served_models=self._model_ids)
@@ -218,6 +231,7 @@ class Frontend:
             priority=request.nvext.agent_hints.priority or 0,
             hints=generation_hints(request.conversation),
             cache_salt=request.nvext.cache_salt,
+            retention=self._retention(request, prompt, p.identity.session_id),
         )
         route = route_request(request, prompt.block_hashes, len(prompt.token_ids), p.identity.session_id)
         try:
@@ -241,6 +255,23 @@ class Frontend:
             discard_output=p.discard_output,
             keep_token_ids=p.identity.session_id is not None,
         )
+
+    def _retention(
+        self, request: DecodedRequest, prompt: RenderedPrompt, session: str | None
+    ) -> Retention | None:
+        if self._retention_policy.mode == "off":
+            return None
+        shared, idle = self._retention_tracker.observe(prompt.block_hashes, session, time.monotonic())
+        messages = request.conversation.messages
+        inputs = RetentionInputs(
+            prompt_tokens=len(prompt.token_ids),
+            shared_prefix_tokens=shared,
+            has_tools=bool(request.conversation.tools),
+            after_tool_result=bool(messages) and messages[-1].role == "tool",
+            hint_priority=request.nvext.agent_hints.priority,
+            idle_s=idle,
+        )
+        return decide_retention(self._retention_policy, inputs)
 
     # -- after the turn ----------------------------------------------------------------------------
 

@@ -85,6 +85,8 @@ def sim_engines(config: UpConfig, pipeline: PromptPipeline) -> dict[str, Engine]
             "block_size": config.block_size,
             "hash_seed": config.hash_seed,
             "sim_kv_blocks": config.sim_kv_blocks,
+            "sim_host_kv_blocks": config.sim_host_kv_blocks,
+            "kv_retention": config.kv_retention,
             "sim_speedup": config.sim_speedup,
             "sim_script": config.script,
         }

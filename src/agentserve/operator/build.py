@@ -361,6 +361,51 @@ MAPPINGS: tuple[Mapping, ...] = (
         _s(lambda s: s.workers.kv_cache.free_gpu_memory_fraction),
     ),
     Mapping(
+        "workers.kvCache.retention.mode",
+        "frontend",
+        "kv_retention",
+        _s(lambda s: s.workers.kv_cache.retention.mode),
+        "the frontend decides each request's retention",
+    ),
+    Mapping(
+        "workers.kvCache.retention.mode",
+        "worker",
+        "kv_retention",
+        _s(lambda s: s.workers.kv_cache.retention.mode),
+        "off: the worker ignores retention",
+    ),
+    Mapping(
+        "workers.kvCache.retention.sessionSeconds",
+        "frontend",
+        "kv_retention_session_seconds",
+        _s(lambda s: s.workers.kv_cache.retention.session_seconds),
+    ),
+    Mapping(
+        "workers.kvCache.retention.idleSeconds",
+        "frontend",
+        "kv_retention_idle_seconds",
+        _s(lambda s: s.workers.kv_cache.retention.idle_seconds),
+    ),
+    Mapping(
+        "workers.kvCache.retention.sessionPriority",
+        "frontend",
+        "kv_retention_session_priority",
+        _s(lambda s: s.workers.kv_cache.retention.session_priority),
+    ),
+    Mapping(
+        "workers.kvCache.retention.prefixPriority",
+        "frontend",
+        "kv_retention_prefix_priority",
+        _s(lambda s: s.workers.kv_cache.retention.prefix_priority),
+    ),
+    Mapping(
+        "workers.kvCache.hostCacheBytes",
+        "worker",
+        "host_cache_size",
+        _s(lambda s: s.workers.kv_cache.host_cache_bytes),
+        "TensorRT-LLM KvCacheConfig.host_cache_size",
+    ),
+    Mapping(
         "workers.kvCache.tokensPerBlock",
         "worker",
         "block_size",
@@ -439,6 +484,8 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "kv_events_timeout_s",
             "health_interval_s",
             "ticket_ttl_s",
+            # Host-tier pricing: the default matches PCIe copy vs recompute (docs/router.md).
+            "host_hit_weight",
         }
     ),
     "worker": frozenset(
@@ -453,6 +500,7 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "request_abort",
             # Sim engine knobs: clusters running the sim take its defaults (echo output, no script).
             "sim_kv_blocks",
+            "sim_host_kv_blocks",
             "sim_speedup",
             "sim_script",
         }

@@ -340,7 +340,32 @@ class RouterSpec(ComponentSpec):
     )
 
 
+class KvRetentionSpec(_Spec):
+    """How long KV blocks outlive their request (docs/worker.md, "KV retention")."""
+
+    mode: Literal["off", "agent"] = Field(
+        "agent",
+        description="agent: keep sessions' KV through tool-call gaps, pin the shared prefix; off: LRU",
+    )
+    session_seconds: float = Field(
+        600.0, gt=0, description="how long an agent session's KV outlives its turn"
+    )
+    idle_seconds: float = Field(
+        120.0, gt=0, description="how long a chat or late-returning session's KV is kept"
+    )
+    session_priority: int = Field(
+        80, ge=0, le=100, description="priority of agent session blocks (default 35)"
+    )
+    prefix_priority: int = Field(
+        90, ge=0, le=100, description="priority of the shared system/tools prefix (kept without expiry)"
+    )
+
+
 class KvCacheSpec(_Spec):
+    retention: KvRetentionSpec = Field(KvRetentionSpec.model_validate({}), description="KV retention policy")
+    host_cache_bytes: int = Field(
+        0, ge=0, description="host (CPU) KV tier per worker in bytes (TensorRT-LLM host_cache_size; 0: none)"
+    )
     enable_block_reuse: bool = Field(True, description="reuse KV blocks across requests (prefix cache)")
     tokens_per_block: Literal[4, 8, 16, 32, 64, 128] = Field(
         32, description="tokens per KV block; the router and frontend hash with the same size"

@@ -18,7 +18,7 @@ from agentserve.config import RouterConfig
 from agentserve.router.index import IndexStats, KvIndex
 from agentserve.router.placement import Decision, NoWorkerError, Placement, RouteRequest
 from agentserve.router.queue import AdmissionQueue
-from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, KvEvent, KvSnapshot
+from agentserve.worker.engine import MEDIUM_CPU, AllCleared, BlockRemoved, BlockStored, KvEvent, KvSnapshot
 
 
 class Router(Protocol):
@@ -84,7 +84,7 @@ class RouterCore:
             if not index.check_sequence(worker, event.seq):
                 return False
             if isinstance(event, BlockStored):
-                index.stored(worker, event.block_hashes)
+                index.stored(worker, event.block_hashes, event.medium == MEDIUM_CPU)
             elif isinstance(event, BlockRemoved):
                 index.removed(worker, event.block_hashes)
             elif isinstance(event, AllCleared):
@@ -92,7 +92,7 @@ class RouterCore:
         return True
 
     def resync(self, worker: str, snapshot: KvSnapshot) -> None:
-        self.index.resync(worker, snapshot.block_hashes, snapshot.seq)
+        self.index.resync(worker, snapshot.block_hashes, snapshot.seq, snapshot.host_block_hashes)
         self.resyncs += 1
 
     # -- Router protocol ---------------------------------------------------------------------------
@@ -120,7 +120,8 @@ class RouterCore:
     def decide(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision:
         """Place now, ignoring saturation (the route API and benchmarks use it directly)."""
         overlaps = self.index.overlaps(request.block_hashes) if self.config.policy == "kv" else {}
-        decision = self.placement.choose(request, self._workers, overlaps, exclude)
+        on_host = self.index.host_overlaps(request.block_hashes, overlaps) if overlaps else {}
+        decision = self.placement.choose(request, self._workers, overlaps, exclude, on_host)
         self.decisions += 1
         return decision
 

@@ -7,6 +7,10 @@ grows with the request's blocks and the worker count, never with the size of the
 
 Per worker it tracks the events' sequence numbers: a gap means events were lost, and the worker's
 entries can no longer be trusted until it is resynced from the worker's snapshot.
+
+A block a worker holds in its host tier (KV events with medium "cpu") counts as held, with its bit
+also set in a second map: `host_overlaps` says how many of a worker's leading blocks must come back
+from host memory, which the placement prices between a GPU hit and a miss.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class KvIndex:
         "_entries",
         "_free_slots",
         "_held",
+        "_host",
         "_last_seq",
         "_slot",
         "max_entries",
@@ -38,6 +43,7 @@ class KvIndex:
     def __init__(self, max_entries: int = 4_000_000) -> None:
         self.max_entries = max_entries  # bound on (worker, block) pairs: memory stays bounded
         self._blocks: dict[int, int] = {}  # block hash -> bitmask of worker slots
+        self._host: dict[int, int] = {}  # block hash -> bitmask of the slots holding it on host
         self._held: dict[str, set[int]] = {}  # worker -> block hashes it holds
         self._slot: dict[str, int] = {}  # worker -> bit position
         self._free_slots: list[int] = []
@@ -86,16 +92,25 @@ class KvIndex:
         self._last_seq[worker] = seq
         return last is None or seq == last + 1
 
-    def stored(self, worker: str, hashes: Iterable[int]) -> None:
+    def stored(self, worker: str, hashes: Iterable[int], on_host: bool = False) -> None:
+        """`worker` now holds these blocks, on GPU or (`on_host`) in its host tier: a block it
+        already held moved between tiers."""
         self.add_worker(worker)
         bit = 1 << self._slot[worker]
         held = self._held[worker]
         blocks = self._blocks
+        host = self._host
         for h in hashes:
+            if on_host:
+                host[h] = host.get(h, 0) | bit
+            elif h in host:
+                self._clear_host(h, bit)
             if h in held:
                 continue
             if self._entries >= self.max_entries:
                 self._dropped += 1
+                if on_host:
+                    self._clear_host(h, bit)
                 continue
             held.add(h)
             blocks[h] = blocks.get(h, 0) | bit
@@ -107,9 +122,12 @@ class KvIndex:
             return
         mask = ~(1 << self._slot[worker])
         blocks = self._blocks
+        host = self._host
         for h in hashes:
             if h not in held:
                 continue
+            if h in host:
+                self._clear_host(h, ~mask)
             held.discard(h)
             self._entries -= 1
             rest = blocks[h] & mask
@@ -123,12 +141,20 @@ class KvIndex:
         if held:
             self.removed(worker, list(held))
 
-    def resync(self, worker: str, hashes: Iterable[int], seq: int) -> None:
+    def resync(self, worker: str, hashes: Iterable[int], seq: int, host_hashes: Iterable[int] = ()) -> None:
         """Replace everything known about `worker` with its snapshot taken at event `seq`."""
         self.add_worker(worker)
         self.clear(worker)
         self.stored(worker, hashes)
+        self.stored(worker, host_hashes, on_host=True)
         self._last_seq[worker] = seq
+
+    def _clear_host(self, h: int, bit: int) -> None:
+        rest = self._host[h] & ~bit
+        if rest:
+            self._host[h] = rest
+        else:
+            del self._host[h]
 
     # -- lookup ------------------------------------------------------------------------------------
 
@@ -148,6 +174,21 @@ class KvIndex:
                     return result
             mask = held
         _credit(mask, len(hashes), by_slot, result)
+        return result
+
+    def host_overlaps(self, hashes: Sequence[int], overlaps: dict[str, int]) -> dict[str, int]:
+        """For each worker with a host tier hit, how many of its leading `overlaps[worker]` blocks
+        of `hashes` it holds on host (workers with none are left out)."""
+        host = self._host
+        if not host:
+            return {}
+        result: dict[str, int] = {}
+        slots = self._slot
+        for worker, depth in overlaps.items():
+            bit = 1 << slots[worker]
+            n = sum(1 for h in hashes[:depth] if host.get(h, 0) & bit)
+            if n:
+                result[worker] = n
         return result
 
     def stats(self) -> IndexStats:

@@ -1,6 +1,7 @@
 """Choosing a worker for a request: follow the cache, weigh the load, keep sessions together.
 
-`kv` cost of a worker = overlap_weight × prompt blocks it would have to prefill (not cached there)
+`kv` cost of a worker = overlap_weight × (prompt blocks it would have to prefill (not cached there)
+                                         + host_hit_weight × cached blocks it holds only on host)
                       + load_weight × blocks its in-flight requests occupy (prompt + expected output).
 The lowest cost wins (temperature 0), or a worker is sampled by softmax over normalised costs.
 Ties go to the worker the session last used, while that affinity is fresh. An in-flight request
@@ -110,6 +111,7 @@ class Placement:
         workers: Sequence[str],
         overlaps: Mapping[str, int],
         exclude: frozenset[str] = frozenset(),
+        host_overlaps: Mapping[str, int] | None = None,
     ) -> Decision:
         candidates = [w for w in workers if w not in exclude]
         if not candidates:
@@ -129,7 +131,11 @@ class Placement:
                 if policy == "least-loaded":
                     costs[w] = float(load)
                 else:
-                    uncached = prompt_blocks - min(overlaps.get(w, 0), prompt_blocks)
+                    cached = min(overlaps.get(w, 0), prompt_blocks)
+                    uncached: float = prompt_blocks - cached
+                    if host_overlaps:
+                        # A host hit is a copy back (~2 µs/token), not a recompute (~15+ µs/token).
+                        uncached += self.config.host_hit_weight * min(host_overlaps.get(w, 0), cached)
                     costs[w] = self.config.overlap_weight * uncached + self.config.load_weight * load
             worker = self._select(costs, request.session_id)
         overlap = min(overlaps.get(worker, 0), prompt_blocks)

@@ -209,7 +209,12 @@ class WorkerClient:
 
     async def kv_snapshot(self) -> KvSnapshot:
         data = await self._json("/kv/snapshot")
-        return KvSnapshot(data["seq"], data["block_size"], tuple(data["block_hashes"]))
+        return KvSnapshot(
+            data["seq"],
+            data["block_size"],
+            tuple(data["block_hashes"]),
+            tuple(data.get("host_block_hashes", ())),
+        )
 
     async def info(self) -> dict[str, Any]:
         data = await self._json("/info")

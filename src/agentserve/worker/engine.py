@@ -62,6 +62,9 @@ class Hints:
     resumed_tokens: int = 0
 
 
+MEDIUM_GPU = "gpu"
+MEDIUM_CPU = "cpu"
+
 # Retention priorities use TensorRT-LLM's scale (KvCacheRetentionConfig): 0 (evict first) .. 100
 # (evict last); blocks nobody asked to keep have the default priority 35.
 RETENTION_PRIORITY_MIN = 0
@@ -146,18 +149,26 @@ class BlockStored:
 
     `parent_hash` is the hash of the block right before `block_hashes[0]` (None: they start the
     prompt). `num_tokens` = tokens covered = len(block_hashes) × block size.
+
+    `medium` is the tier now holding them, as in TensorRT-LLM's and Dynamo's events: "gpu" (device
+    memory) or "cpu" (the host tier). A block lives in one tier at a time: a stored event for a hash
+    already held moves it (a GPU block spilled to host, a host block brought back).
     """
 
     seq: int
     block_hashes: tuple[int, ...]
     parent_hash: int | None
     num_tokens: int
+    medium: str = "gpu"
 
 
 @dataclass(frozen=True, slots=True)
 class BlockRemoved:
+    """Blocks dropped from every tier (`medium`: the tier they were last held in)."""
+
     seq: int
     block_hashes: tuple[int, ...]
+    medium: str = "gpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +188,7 @@ class KvSnapshot:
     seq: int
     block_size: int
     block_hashes: tuple[int, ...]
+    host_block_hashes: tuple[int, ...] = ()  # held in the host tier (not in `block_hashes`)
 
 
 # --------------------------------------------------------------------------------------------------

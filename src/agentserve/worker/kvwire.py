@@ -29,7 +29,7 @@ from typing import Any
 
 import msgpack
 
-from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, KvEvent
+from agentserve.worker.engine import MEDIUM_CPU, MEDIUM_GPU, AllCleared, BlockRemoved, BlockStored, KvEvent
 
 DEFAULT_TOPIC = b"kv"
 HEARTBEAT_INTERVAL_S = 0.5  # an idle publisher sends a heartbeat this often
@@ -42,11 +42,29 @@ class KvWireError(ValueError):
 
 
 def _event_body(event: KvEvent) -> list[Any]:
+    # The tier goes last and only when it is not the GPU: older peers read the same bytes.
     if isinstance(event, BlockStored):
-        return ["stored", list(event.block_hashes), event.parent_hash, event.num_tokens]
+        body = ["stored", list(event.block_hashes), event.parent_hash, event.num_tokens]
+        if event.medium != MEDIUM_GPU:
+            body.append(event.medium)
+        return body
     if isinstance(event, BlockRemoved):
-        return ["removed", list(event.block_hashes)]
+        return (
+            ["removed", list(event.block_hashes)]
+            if event.medium == MEDIUM_GPU
+            else [
+                "removed",
+                list(event.block_hashes),
+                event.medium,
+            ]
+        )
     return ["cleared"]
+
+
+def _medium(value: object) -> str:
+    if value not in (MEDIUM_GPU, MEDIUM_CPU):
+        raise KvWireError(f"unknown KV medium {value!r}")
+    return str(value)
 
 
 def encode_batch(events: Sequence[KvEvent], topic: bytes = DEFAULT_TOPIC) -> list[bytes]:
@@ -87,9 +105,11 @@ def decode_message(frames: Sequence[bytes]) -> tuple[int, list[KvEvent]]:
         try:
             kind = body[0]
             if kind == "stored":
-                events.append(BlockStored(seq, tuple(body[1]), body[2], body[3]))
+                medium = body[4] if len(body) > 4 else MEDIUM_GPU
+                events.append(BlockStored(seq, tuple(body[1]), body[2], body[3], _medium(medium)))
             elif kind == "removed":
-                events.append(BlockRemoved(seq, tuple(body[1])))
+                medium = body[2] if len(body) > 2 else MEDIUM_GPU
+                events.append(BlockRemoved(seq, tuple(body[1]), _medium(medium)))
             elif kind == "cleared":
                 events.append(AllCleared(seq))
             else:

@@ -55,6 +55,8 @@ def build_engine(config: WorkerConfig) -> Engine:
         raise ConfigError(f"cannot load the tokenizer: {exc}") from exc
     sim = SimConfig(
         num_blocks=config.sim_kv_blocks,
+        host_blocks=config.sim_host_kv_blocks,
+        honour_retention=config.kv_retention != "off",
         block_size=config.block_size,
         hash_seed=config.hash_seed,
         scheduler=SchedulerConfig(

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from agentserve.conversation import FinishReason
 from agentserve.prompt.hashing import block_hashes
-from agentserve.worker.engine import KvEvent
-from agentserve.worker.kvpool import KvPool
+from agentserve.worker.engine import KvEvent, Retention
+from agentserve.worker.kvpool import KvPool, block_retentions
 from agentserve.worker.timing import StepWork
 
 
@@ -56,7 +56,9 @@ class SimSequence:
     private: int = 0  # private (unhashed) blocks it holds: the partial tail
     computed: int = 0  # tokens whose KV is computed
     emitted: int = 0
-    cached_tokens: int | None = None  # prefix hit at first admission
+    cached_tokens: int | None = None  # prefix hit at first admission (GPU or host tier)
+    host_tokens: int = 0  # of those, brought back from the host tier
+    retention: Retention | None = None  # how long its blocks outlive it (None: default class)
     decoding: bool = False
     state: str = "new"  # new, waiting, running, finished
 
@@ -85,6 +87,7 @@ class Scheduler:
         # Cumulative counters.
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
+        self.host_prompt_tokens = 0  # cached prompt tokens brought back from the host tier
         self.generated_tokens = 0
         self.finished_count = 0
         self.aborted_count = 0
@@ -170,12 +173,14 @@ class Scheduler:
 
         # 2. Admission from the waiting queue.
         started: list[SimSequence] = []
+        onboard = 0
         while self._waiting and budget > 0 and len(self.running) < self.config.max_batch_size:
             seq = self._waiting[0][2]
             if seq.state != "waiting":
                 heapq.heappop(self._waiting)  # aborted while waiting
                 continue
-            n = self._admit(seq, budget)
+            n, back = self._admit(seq, budget)
+            onboard += back
             if n == 0:
                 break  # head of line does not fit yet: keep FCFS order within priorities
             heapq.heappop(self._waiting)
@@ -186,7 +191,9 @@ class Scheduler:
             budget -= n
             if seq.cached_tokens is None:
                 seq.cached_tokens = seq.computed
+                seq.host_tokens = back * self.block_size
                 self.cached_prompt_tokens += seq.computed
+                self.host_prompt_tokens += seq.host_tokens
                 started.append(seq)
         if started or preempted:
             self.running.sort(key=_order)
@@ -221,30 +228,40 @@ class Scheduler:
         if finished:
             self.running = [s for s in self.running if s.state == "running"]
         return StepOutcome(
-            StepWork(prefill, decode), started, emitted, finished, preempted, self.pool.take_events()
+            StepWork(prefill, decode, onboard * bs),
+            started,
+            emitted,
+            finished,
+            preempted,
+            self.pool.take_events(),
         )
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _admit(self, seq: SimSequence, budget: int) -> int:
-        """Reserve blocks for a waiting sequence's first chunk; tokens scheduled (0: not now)."""
+    def _admit(self, seq: SimSequence, budget: int) -> tuple[int, int]:
+        """Reserve blocks for a waiting sequence's first chunk: (tokens scheduled (0: not now),
+        blocks brought back from the host tier)."""
         total = len(seq.tokens)
         self._ensure_hashes(seq, total // self.block_size)
-        hits = self.pool.match(seq.hashes) if self.config.prefix_caching else 0
+        hits, on_host = self.pool.match_tiers(seq.hashes) if self.config.prefix_caching else (0, 0)
         # At least one token is computed to produce logits, even on a full hit.
         computed = min(hits * self.block_size, total - 1)
         n = min(total - computed, budget)
         if n < total - computed and not self.config.chunked_prefill:
-            return 0
-        self.pool.acquire(seq.hashes[:hits])
+            return 0, 0
+        if not self.pool.acquire(seq.hashes[:hits]):
+            return 0, 0
         need = self.blocks_for(computed + n) - hits
         if not self.pool.allocate(need):
-            self.pool.release(seq.hashes[:hits])
-            return 0
+            self.pool.release(seq.hashes[:hits], self._retentions(seq, hits))
+            return 0, on_host
         seq.held = hits
         seq.private = max(need, 0)
         seq.computed = computed
-        return n
+        return n, on_host
+
+    def _retentions(self, seq: SimSequence, n: int) -> list[tuple[int, float | None]] | None:
+        return block_retentions(seq.retention, n, self.block_size, seq.prompt_len)
 
     def _ensure_hashes(self, seq: SimSequence, full: int) -> None:
         bs = self.block_size
@@ -254,7 +271,7 @@ class Scheduler:
             seq.hashes += block_hashes(seq.tokens[k * bs : (k + 1) * bs], bs, self.hash_seed, parent)
 
     def _release(self, seq: SimSequence) -> None:
-        self.pool.release(seq.hashes[: seq.held])
+        self.pool.release(seq.hashes[: seq.held], self._retentions(seq, seq.held))
         self.pool.free(seq.private)
         seq.held = seq.private = seq.computed = 0
 

@@ -301,7 +301,12 @@ def create_app(
     async def kv_snapshot(request: Request) -> Response:
         snap = engine.kv_snapshot()
         return JSONResponse(
-            {"seq": snap.seq, "block_size": snap.block_size, "block_hashes": list(snap.block_hashes)}
+            {
+                "seq": snap.seq,
+                "block_size": snap.block_size,
+                "block_hashes": list(snap.block_hashes),
+                "host_block_hashes": list(snap.host_block_hashes),
+            }
         )
 
     async def load(request: Request) -> Response:

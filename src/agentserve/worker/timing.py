@@ -29,10 +29,11 @@ class StepWork:
 
     prefill: Sequence[tuple[int, int]] = field(default_factory=tuple)
     decode: Sequence[int] = field(default_factory=tuple)
+    onboard_tokens: int = 0  # prompt tokens whose KV is copied back from the host tier
 
     @property
     def empty(self) -> bool:
-        return not self.prefill and not self.decode
+        return not self.prefill and not self.decode and not self.onboard_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +45,15 @@ class TimingModel:
     prefill_per_token_s: float
     prefill_attn_per_token_ctx_s: float
     kv_bytes_per_token: int  # for sizing the default KV pool
+    # Host -> GPU copy bandwidth for KV blocks brought back from the host tier.
+    host_to_gpu_bytes_per_s: float = 50e9
 
     def step_seconds(self, work: StepWork) -> float:
         if work.empty:
             return 0.0
         t = self.base_s
+        if work.onboard_tokens:
+            t += work.onboard_tokens * self.kv_bytes_per_token / self.host_to_gpu_bytes_per_s
         if work.decode:
             t += self.decode_per_seq_s * len(work.decode) + self.kv_read_per_token_s * sum(work.decode)
         for start, n in work.prefill:
@@ -73,6 +78,10 @@ QWEN3_30B_A3B_B200 = TimingModel(
     # 4 × 48 layers × 32 heads × 128 dim FLOPs per (token, context token) / (2.25 PFLOPS × 0.4).
     prefill_attn_per_token_ctx_s=0.87e-9,
     kv_bytes_per_token=2 * 48 * 4 * 128 * 2,
+    # B200 (HGX) sits on PCIe Gen5 x16 to its host: 64 GB/s per direction, ~50 GB/s achieved for
+    # large pinned copies (GB200's NVLink-C2C would give ~450 GB/s per direction). 96 KiB/token →
+    # ~2 µs per token, against ~15 µs+ to recompute it.
+    host_to_gpu_bytes_per_s=50e9,
 )
 
 DEFAULT_TIMING = QWEN3_30B_A3B_B200

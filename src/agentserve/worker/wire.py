@@ -31,7 +31,16 @@ from typing import Any, Literal, Protocol, TypeAlias, get_args
 import msgpack
 
 from agentserve.conversation import FinishReason, Usage
-from agentserve.worker.engine import GenerateRequest, Hints, SamplingParams, Step
+from agentserve.worker.engine import (
+    RETENTION_PRIORITY_MAX,
+    RETENTION_PRIORITY_MIN,
+    GenerateRequest,
+    Hints,
+    Retention,
+    SamplingParams,
+    Step,
+    TokenRangeRetention,
+)
 
 Frame: TypeAlias = dict[str, Any]
 Framing: TypeAlias = Literal["ndjson", "msgpack", "sse"]
@@ -104,7 +113,60 @@ def encode_request(request: GenerateRequest) -> Frame:
             )
             if v is not None
         }
+    if request.retention is not None:
+        body["retention"] = encode_retention(request.retention)
     return body
+
+
+def encode_retention(r: Retention) -> Frame:
+    out: Frame = {"ranges": [[x.start, x.end, x.priority, x.duration_s] for x in r.ranges]}
+    if r.decode_priority is not None:
+        out["decode_priority"] = r.decode_priority
+    if r.decode_duration_s is not None:
+        out["decode_duration_s"] = r.decode_duration_s
+    return out
+
+
+def decode_retention(raw: Any) -> Retention:
+    """A retention as `encode_retention` writes it: ranges [start, end|null, priority, seconds|null]."""
+    if not isinstance(raw, Mapping):
+        raise WireError("retention must be an object")
+    unknown = set(raw) - {"ranges", "decode_priority", "decode_duration_s"}
+    if unknown:
+        raise WireError(f"unknown retention fields: {', '.join(sorted(map(str, unknown)))}")
+    ranges = raw.get("ranges") or []
+    if not isinstance(ranges, list) or len(ranges) > 64:
+        raise WireError("retention.ranges must be an array of at most 64 ranges")
+    out: list[TokenRangeRetention] = []
+    for item in ranges:
+        if not isinstance(item, list | tuple) or len(item) != 4:
+            raise WireError("a retention range is [start, end, priority, duration_s]")
+        start, end, prio, dur = item
+        if not _int(start) or start < 0 or (end is not None and (not _int(end) or end <= start)):
+            raise WireError("retention range bounds must be integers with 0 <= start < end")
+        out.append(TokenRangeRetention(start, end, _priority(prio), _duration(dur)))
+    dp = raw.get("decode_priority")
+    return Retention(
+        tuple(out), None if dp is None else _priority(dp), _duration(raw.get("decode_duration_s"))
+    )
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _priority(v: Any) -> int:
+    if not _int(v) or not RETENTION_PRIORITY_MIN <= v <= RETENTION_PRIORITY_MAX:
+        raise WireError("retention priorities are integers within 0..100")
+    return int(v)
+
+
+def _duration(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < float("inf"):
+        raise WireError("retention durations are positive numbers of seconds (or null)")
+    return float(v)
 
 
 def _opt(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -160,7 +222,8 @@ _SAMPLING_KEYS = frozenset(
 def decode_request(data: Any) -> GenerateRequest:
     if not isinstance(data, Mapping):
         raise WireError("the request body must be an object")
-    unknown = set(data) - {"request_id", "token_ids", "sampling", "priority", "hints", "cache_salt"}
+    known = {"request_id", "token_ids", "sampling", "priority", "hints", "cache_salt", "retention"}
+    unknown = set(data) - known
     if unknown:
         raise WireError(f"unknown fields: {', '.join(sorted(map(str, unknown)))}")
     if "token_ids" not in data:
@@ -225,7 +288,9 @@ def decode_request(data: Any) -> GenerateRequest:
     salt = data.get("cache_salt")
     if salt is not None and (not isinstance(salt, str) or not salt or len(salt) > 256):
         raise WireError("cache_salt must be a non-empty string of at most 256 characters")
-    return GenerateRequest(rid, ids, sampling, priority, hints, cache_salt=salt)
+    raw_retention = data.get("retention")
+    retention = None if raw_retention is None else decode_retention(raw_retention)
+    return GenerateRequest(rid, ids, sampling, priority, hints, retention, cache_salt=salt)
 
 
 # --------------------------------------------------------------------------------------------------

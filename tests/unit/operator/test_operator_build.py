@@ -176,6 +176,30 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"workers": {"kvCache": {"tokensPerBlock": 64}}},
         {("worker", "block_size"): 64, ("router", "block_size"): 64, ("frontend", "block_size"): 64},
     ),
+    "workers.kvCache.retention.mode": (
+        {"workers": {"kvCache": {"retention": {"mode": "off"}}}},
+        {("frontend", "kv_retention"): "off", ("worker", "kv_retention"): "off"},
+    ),
+    "workers.kvCache.retention.sessionSeconds": (
+        {"workers": {"kvCache": {"retention": {"sessionSeconds": 900}}}},
+        {("frontend", "kv_retention_session_seconds"): 900.0},
+    ),
+    "workers.kvCache.retention.idleSeconds": (
+        {"workers": {"kvCache": {"retention": {"idleSeconds": 60}}}},
+        {("frontend", "kv_retention_idle_seconds"): 60.0},
+    ),
+    "workers.kvCache.retention.sessionPriority": (
+        {"workers": {"kvCache": {"retention": {"sessionPriority": 70}}}},
+        {("frontend", "kv_retention_session_priority"): 70},
+    ),
+    "workers.kvCache.retention.prefixPriority": (
+        {"workers": {"kvCache": {"retention": {"prefixPriority": 100}}}},
+        {("frontend", "kv_retention_prefix_priority"): 100},
+    ),
+    "workers.kvCache.hostCacheBytes": (
+        {"workers": {"kvCache": {"hostCacheBytes": 68719476736}}},
+        {("worker", "host_cache_size"): 68719476736},
+    ),
     "workers.llmApiOptions": (
         {"workers": {"llmApiOptions": {"enable_chunked_prefill": True}}},
         {("worker", "extra_llm_api_options"): "/etc/agentserve/llm-api-options.yaml"},

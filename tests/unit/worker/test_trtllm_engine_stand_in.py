@@ -173,10 +173,11 @@ class FakeLLM:
         FakeLLM.instances.append(self)
 
     def generate_async(
-        self, prompt: list[int], sampling_params: Any, streaming: bool, cache_salt: str | None = None
+        self, prompt: list[int], sampling_params: Any, streaming: bool, **extra: Any
     ) -> Result:
         assert streaming
-        self.salts.append(cache_salt)
+        self.salts.append(extra.get("cache_salt"))
+        self.extra = extra
         full = len(prompt) // BS
         key = tuple(prompt[: full * BS])
         cached = full * BS if key in self.seen else 0
@@ -238,6 +239,22 @@ class FakeKvCacheConfig:
         self.kwargs = kwargs
 
 
+class FakeKvCacheRetentionConfig:
+    """The binding's positional signature (token ranges, decode priority, decode duration)."""
+
+    class TokenRangeRetentionConfig:
+        def __init__(
+            self, token_start: int, token_end: int | None, priority: int, duration_ms: Any = None
+        ) -> None:
+            self.args = (token_start, token_end, priority, duration_ms)
+
+    def __init__(
+        self, ranges: list[Any], decode_retention_priority: int = 35, decode_duration_ms: Any = None
+    ) -> None:
+        self.ranges = [r.args for r in ranges]
+        self.decode = (decode_retention_priority, decode_duration_ms)
+
+
 @pytest.fixture
 def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     trt = types.ModuleType("tensorrt_llm")
@@ -245,6 +262,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     trt.SamplingParams = FakeSamplingParams  # type: ignore[attr-defined]
     llmapi = types.ModuleType("tensorrt_llm.llmapi")
     llmapi.KvCacheConfig = FakeKvCacheConfig  # type: ignore[attr-defined]
+    llmapi.KvCacheRetentionConfig = FakeKvCacheRetentionConfig  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "tensorrt_llm", trt)
     monkeypatch.setitem(sys.modules, "tensorrt_llm.llmapi", llmapi)
     FakeLLM.instances.clear()
@@ -446,3 +464,38 @@ async def test_a_call_turn_ends_at_the_family_terminator(stand_in: None, name: s
     assert len(ends) == 1, (name, events)
     assert json.loads(ends[0].arguments) == json.loads(call.calls[0].arguments)
     await engine.stop()
+
+
+async def test_adapter_passes_retention_per_request_and_the_host_pool(stand_in: None) -> None:
+    from datetime import timedelta
+
+    from agentserve.worker.engine import Retention, TokenRangeRetention
+    from agentserve.worker.engines.trtllm import TrtLlmEngine
+
+    config = WorkerConfig(engine="trtllm", model_path="/m", block_size=BS, host_cache_size=1 << 30)
+    engine = TrtLlmEngine(config)
+    await engine.start()
+    llm = FakeLLM.instances[-1]
+    assert llm.kwargs["kv_cache_config"].kwargs["host_cache_size"] == 1 << 30
+    retention = Retention(
+        (TokenRangeRetention(0, 8, 90, None), TokenRangeRetention(8, None, 80, 1.5)), 80, 1.5
+    )
+    req = GenerateRequest("r", list(range(1, 20)), SamplingParams(max_tokens=1), retention=retention)
+    [s async for s in engine.generate(req)]
+    got = llm.extra["kv_cache_retention_config"]
+    assert got.ranges == [(0, 8, 90, None), (8, None, 80, timedelta(milliseconds=1500))]
+    assert got.decode == (80, timedelta(milliseconds=1500))
+    [s async for s in engine.generate(GenerateRequest("p", [1, 2], SamplingParams(max_tokens=1)))]
+    assert "kv_cache_retention_config" not in llm.extra
+    await engine.stop()
+
+    off = TrtLlmEngine(WorkerConfig(engine="trtllm", model_path="/m", block_size=BS, kv_retention="off"))
+    await off.start()
+    [
+        s
+        async for s in off.generate(
+            GenerateRequest("q", list(range(1, 20)), SamplingParams(max_tokens=1), retention=retention)
+        )
+    ]
+    assert "kv_cache_retention_config" not in FakeLLM.instances[-1].extra
+    await off.stop()

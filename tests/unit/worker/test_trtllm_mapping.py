@@ -115,7 +115,7 @@ def test_a_known_block_inside_a_stored_run_splits_it() -> None:
     assert ev == [BlockStored(3, (OURS[2],), OURS[1], BS)]
 
 
-def test_lora_blocks_and_smaller_windows_and_updates_are_not_published() -> None:
+def test_lora_blocks_and_smaller_windows_are_not_published_and_tier_updates_move_blocks() -> None:
     tr = KvEventTranslator(BS)
     assert tr.feed(stored(1, None, block(1, TOKENS[0:4], lora_id=3))) == []
     assert tr.feed(stored(2, None, block(2, TOKENS[0:4]), window=4096)) != []
@@ -125,7 +125,8 @@ def test_lora_blocks_and_smaller_windows_and_updates_are_not_published() -> None
         "data": {"type": "updated", "block_hash": 2, "cache_level": {"old_value": 0, "new_value": 1}},
         "window_size": 4096,
     }
-    assert tr.feed(update) == []
+    # A move to the secondary (host) tier is published as a stored event with medium cpu.
+    assert tr.feed(update) == [BlockStored(2, (OURS[0],), None, BS, "cpu")]
 
 
 def test_an_engine_event_id_gap_resyncs_from_a_clear() -> None:

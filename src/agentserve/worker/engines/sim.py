@@ -45,6 +45,8 @@ from agentserve.worker.tokenizer import ByteTokenizer, Tokenizer, token_pieces
 class SimConfig:
     num_blocks: int = 32768
     block_size: int = 32
+    host_blocks: int = 0  # host-tier KV blocks (0: evicted blocks are dropped)
+    honour_retention: bool = True  # False (--kv-retention off): every block in the default class
     hash_seed: int = 0
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     timing: TimingModel = DEFAULT_TIMING
@@ -148,7 +150,7 @@ class SimEngine:
         self.config = config or SimConfig()
         self.tokenizer: Tokenizer = tokenizer or ByteTokenizer()
         self.policy: OutputPolicy = policy or EchoPolicy()
-        self.pool = KvPool(self.config.num_blocks, self.config.block_size)
+        self.pool = KvPool(self.config.num_blocks, self.config.block_size, self.config.host_blocks)
         self.scheduler = Scheduler(self.pool, self.config.scheduler, self.config.hash_seed)
         self._streams: dict[str, _SimStream] = {}
         self._hub = EventHub()
@@ -196,6 +198,7 @@ class SimEngine:
         self._validate(prompt, request.sampling)
         output, pieces, end_reason = self._plan(request, prompt)
         seq = SimSequence(rid, prompt, len(prompt), output, end_reason, request.priority)
+        seq.retention = request.retention if self.config.honour_retention else None
         self.scheduler.add(seq)
         stream = _SimStream(self, rid, pieces)
         self._streams[rid] = stream
@@ -286,6 +289,8 @@ class SimEngine:
                 await self._wake.wait()
                 clock = slice_start = loop.time()
                 continue
+            # Retention durations are simulated seconds (with no waiting: wall seconds).
+            self.pool.now = loop.time() * (1.0 if zero_time else speedup)
             outcome = self.scheduler.step()
             if zero_time:
                 self._deliver(outcome)

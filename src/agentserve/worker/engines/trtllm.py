@@ -53,6 +53,7 @@ from agentserve.worker.engines.trtllm_mapping import (
     make_step,
     sampling_kwargs,
 )
+from agentserve.worker.engines.trtllm_retention import build_retention_config
 from agentserve.worker.events import EventHub
 
 log = logging.getLogger("agentserve.worker.trtllm")
@@ -196,6 +197,7 @@ class TrtLlmEngine:
         self._kwargs = llm_kwargs(config, load_extra_options(config.extra_llm_api_options))
         self._llm: Any = None
         self._sampling_cls: Any = None
+        self._retention_cls: Any = None  # KvCacheRetentionConfig, unless --kv-retention off
         self._hub = EventHub()
         self._translator = KvEventTranslator(config.block_size, config.hash_seed)
         self._requests: dict[str, _TrtStream] = {}
@@ -253,8 +255,10 @@ class TrtLlmEngine:
 
         def build() -> tuple[Any, Any]:
             from tensorrt_llm import LLM, SamplingParams
-            from tensorrt_llm.llmapi import KvCacheConfig
+            from tensorrt_llm.llmapi import KvCacheConfig, KvCacheRetentionConfig
 
+            if self.config.kv_retention != "off":
+                self._retention_cls = KvCacheRetentionConfig
             kwargs["kv_cache_config"] = KvCacheConfig(**kwargs["kv_cache_config"])
             model = kwargs.pop("model")
             return LLM(model, **kwargs), SamplingParams
@@ -297,6 +301,10 @@ class TrtLlmEngine:
             extra: dict[str, Any] = {}
             if request.cache_salt is not None:  # only when set: older releases lack the argument
                 extra["cache_salt"] = request.cache_salt
+            if request.retention is not None and self._retention_cls is not None:
+                extra["kv_cache_retention_config"] = build_retention_config(
+                    request.retention, self._retention_cls
+                )
             result = self._llm.generate_async(prompt, sampling_params=params, streaming=True, **extra)
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(str(exc)) from exc

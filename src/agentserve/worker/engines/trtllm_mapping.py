@@ -25,6 +25,8 @@ from agentserve.config import ConfigError, WorkerConfig
 from agentserve.conversation import FinishReason, Usage
 from agentserve.prompt.hashing import block_hashes
 from agentserve.worker.engine import (
+    MEDIUM_CPU,
+    MEDIUM_GPU,
     AllCleared,
     BlockRemoved,
     BlockStored,
@@ -33,6 +35,7 @@ from agentserve.worker.engine import (
     SamplingParams,
     Step,
 )
+from agentserve.worker.engines.trtllm_retention import PRIMARY_CACHE_LEVEL, medium_of, updated_medium
 
 # Events buffered inside TensorRT-LLM between our polls (Dynamo's newer default).
 DEFAULT_EVENT_BUFFER_MAX_SIZE = 100_000
@@ -81,6 +84,8 @@ def llm_kwargs(config: WorkerConfig, extra: Mapping[str, Any] | None = None) -> 
     }
     if config.max_seq_len is not None:  # the deployment's model.contextLength
         base["max_seq_len"] = config.max_seq_len
+    if config.host_cache_size:
+        base["kv_cache_config"]["host_cache_size"] = config.host_cache_size  # the host (secondary) tier
     merged = deep_merge(base, extra or {})
     kv = merged.get("kv_cache_config")
     if not isinstance(kv, Mapping):
@@ -219,6 +224,7 @@ class KvEventTranslator:
         self._ours: dict[int, int] = {}  # engine block hash -> our block hash
         self._count: dict[int, int] = {}  # our block hash -> engine blocks behind it
         self._ignored: set[int] = set()
+        self._on_host: set[int] = set()  # our block hashes the engine holds in its host tier
         self._seq = 0
         self._last_event_id: int | None = None
         self._window: int | None = None
@@ -230,12 +236,15 @@ class KvEventTranslator:
         return self._seq
 
     def snapshot(self) -> KvSnapshot:
-        return KvSnapshot(self._seq, self.block_size, tuple(self._count))
+        host = self._on_host
+        gpu = tuple(h for h in self._count if h not in host)
+        return KvSnapshot(self._seq, self.block_size, gpu, tuple(h for h in self._count if h in host))
 
     def reset(self) -> list[KvEvent]:
         self._ours.clear()
         self._count.clear()
         self._ignored.clear()
+        self._on_host.clear()
         return [AllCleared(self._next())]
 
     def feed(self, event: Mapping[str, Any] | str) -> list[KvEvent]:
@@ -274,7 +283,21 @@ class KvEventTranslator:
             return self._stored(data)
         if kind == "removed":
             return self._removed(data.get("block_hashes") or [])
-        return []  # "updated": tier or priority moves do not change what is cached
+        if kind == "updated":
+            return self._updated(data)
+        return []
+
+    def _updated(self, data: Mapping[str, Any]) -> list[KvEvent]:
+        """A block moved between GPU and host (a priority-only update changes nothing we publish)."""
+        medium = updated_medium(data)
+        ours = self._ours.get(data.get("block_hash"))  # type: ignore[arg-type]
+        if medium is None or ours is None:
+            return []
+        if medium == MEDIUM_CPU:
+            self._on_host.add(ours)
+        else:
+            self._on_host.discard(ours)
+        return [BlockStored(self._next(), (ours,), None, self.block_size, medium)]
 
     def _stored(self, data: Mapping[str, Any]) -> list[KvEvent]:
         blocks = data.get("blocks") or []
@@ -289,6 +312,8 @@ class KvEventTranslator:
         events: list[KvEvent] = []
         run: list[int] = []
         run_parent = parent
+        level = blocks[0].get("cache_level", PRIMARY_CACHE_LEVEL) if blocks else PRIMARY_CACHE_LEVEL
+        medium = medium_of(level)
         for i, block in enumerate(blocks):
             engine_hash = block.get("block_hash")
             tokens = _token_ids(block.get("tokens") or [])
@@ -310,11 +335,11 @@ class KvEventTranslator:
                     run_parent = parent
                 run.append(ours)
             elif run:
-                events.append(self._stored_event(run, run_parent))
+                events.append(self._stored_event(run, run_parent, medium))
                 run = []
             parent = ours
         if run:
-            events.append(self._stored_event(run, run_parent))
+            events.append(self._stored_event(run, run_parent, medium))
         return events
 
     def _removed(self, engine_hashes: Sequence[int]) -> list[KvEvent]:
@@ -331,6 +356,7 @@ class KvEventTranslator:
                 self._count[ours] = count
             else:
                 del self._count[ours]
+                self._on_host.discard(ours)
                 gone.append(ours)
         return [BlockRemoved(self._next(), tuple(gone))] if gone else []
 
@@ -340,8 +366,10 @@ class KvEventTranslator:
                 self._ignored.add(h)
                 self.skipped_blocks += 1
 
-    def _stored_event(self, run: list[int], parent: int | None) -> BlockStored:
-        return BlockStored(self._next(), tuple(run), parent, len(run) * self.block_size)
+    def _stored_event(self, run: list[int], parent: int | None, medium: str = MEDIUM_GPU) -> BlockStored:
+        if medium == MEDIUM_CPU:
+            self._on_host.update(run)
+        return BlockStored(self._next(), tuple(run), parent, len(run) * self.block_size, medium)
 
     def _next(self) -> int:
         self._seq += 1

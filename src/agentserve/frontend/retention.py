@@ -1,0 +1,150 @@
+"""The KV retention policy: how long a request's KV blocks should outlive it (pure).
+
+An agent turn usually ends in tool calls; the tool runs for seconds to minutes and the session
+comes back with a prompt that extends this one. Under plain LRU those blocks are evicted during
+the gap, exactly when they are certain to be needed again. The frontend knows what the engine
+does not, and turns it into a `Retention` (TensorRT-LLM's 0..100 scale, default 35):
+
+- the deployment's shared prefix (system prompt + tool definitions, identical across sessions)
+  is pinned longest: `prefix_priority`, no expiry (`prefix_duration_s` None);
+- the rest of an agent session's prompt and its generated tokens are kept at `session_priority`
+  for `session_duration_s`: an agent (the request declares tools, or continues after a tool
+  result) will be back within a tool call's duration;
+- a conversation without tools gets `idle_priority` for `idle_duration_s`, and nothing beyond the
+  shared prefix once it came back after a long idle time (over `session_duration_s`: paced by a
+  person who may not return soon); an agent session back from a long pause keeps the session class
+  (its next gaps are tool calls again: on bench/kv_memory.py's trace demoting it lost hits);
+- `agent_hints.priority` shifts the session priorities by `hint_step` per unit (clamped to
+  0..`max_priority`, which stays below the pinned prefix);
+- mode `off`: no retention (the engine's plain LRU).
+
+Past its duration a block falls back to the default class, so retention can never pin memory
+forever except for the shared prefix, whose size the deployment bounds.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Literal
+
+from agentserve.worker.engine import (
+    RETENTION_PRIORITY_DEFAULT,
+    RETENTION_PRIORITY_MAX,
+    RETENTION_PRIORITY_MIN,
+    Retention,
+    TokenRangeRetention,
+)
+
+RetentionMode = Literal["off", "agent"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    mode: RetentionMode = "agent"
+    prefix_priority: int = 90
+    prefix_duration_s: float | None = None
+    session_priority: int = 80
+    session_duration_s: float = 600.0
+    idle_priority: int = 50
+    idle_duration_s: float = 120.0
+    hint_step: int = 5  # priority added per unit of agent_hints.priority
+    max_priority: int = 85  # session blocks never outrank the shared prefix
+
+    def __post_init__(self) -> None:
+        for name in ("prefix_priority", "session_priority", "idle_priority", "max_priority"):
+            value = getattr(self, name)
+            if not RETENTION_PRIORITY_MIN <= value <= RETENTION_PRIORITY_MAX:
+                raise ValueError(f"{name} must be within 0..100, got {value}")
+        if self.session_duration_s <= 0 or self.idle_duration_s <= 0:
+            raise ValueError("retention durations must be positive")
+        if self.prefix_duration_s is not None and self.prefix_duration_s <= 0:
+            raise ValueError("prefix_duration_s must be positive (or None: no expiry)")
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionInputs:
+    """What the frontend knows about one request."""
+
+    prompt_tokens: int
+    shared_prefix_tokens: int = 0  # leading tokens identical across sessions (system + tools)
+    has_tools: bool = False  # the request declares tools: the turn may end in tool calls
+    after_tool_result: bool = False  # the last message is a tool result: an agent loop in flight
+    hint_priority: int | None = None  # agent_hints.priority
+    idle_s: float | None = None  # time since the session's previous turn finished (None: first)
+
+
+OFF = RetentionPolicy(mode="off")
+AGENT = RetentionPolicy()
+
+
+def decide_retention(policy: RetentionPolicy, inputs: RetentionInputs) -> Retention | None:
+    """The retention of one request under `policy` (None: default LRU, nothing to keep)."""
+    if policy.mode == "off" or inputs.prompt_tokens <= 0:
+        return None
+    prefix = max(0, min(inputs.shared_prefix_tokens, inputs.prompt_tokens))
+    agent = inputs.has_tools or inputs.after_tool_result
+    came_back_late = inputs.idle_s is not None and inputs.idle_s > policy.session_duration_s
+    if agent:
+        priority, duration = policy.session_priority, policy.session_duration_s
+    elif came_back_late:
+        priority, duration = RETENTION_PRIORITY_DEFAULT, policy.idle_duration_s
+    else:
+        priority, duration = policy.idle_priority, policy.idle_duration_s
+    if inputs.hint_priority and priority != RETENTION_PRIORITY_DEFAULT:
+        priority += inputs.hint_priority * policy.hint_step
+    priority = max(RETENTION_PRIORITY_MIN, min(priority, policy.max_priority))
+    ranges: list[TokenRangeRetention] = []
+    if prefix:
+        ranges.append(TokenRangeRetention(0, prefix, policy.prefix_priority, policy.prefix_duration_s))
+    if prefix < inputs.prompt_tokens and priority != RETENTION_PRIORITY_DEFAULT:
+        ranges.append(TokenRangeRetention(prefix, None, priority, duration))
+    if priority == RETENTION_PRIORITY_DEFAULT:
+        return Retention(tuple(ranges)) if ranges else None
+    return Retention(tuple(ranges), decode_priority=priority, decode_duration_s=duration)
+
+
+class RetentionTracker:
+    """What the policy needs that no single request says: the deployment's shared prefix (the
+    longest common block-hash prefix between prompts of different sessions that start alike) and
+    each session's idle time (since its previous request). Bounded LRU maps; pure apart from the
+    `now` the caller passes."""
+
+    def __init__(self, block_size: int, max_entries: int = 4096) -> None:
+        self.block_size = block_size
+        self.max_entries = max_entries
+        # first block hash -> (session of the last prompt seen, its hashes, shared blocks known)
+        self._prefixes: OrderedDict[int, tuple[str | None, tuple[int, ...], int]] = OrderedDict()
+        self._last_seen: OrderedDict[str, float] = OrderedDict()
+
+    def observe(
+        self, block_hashes: tuple[int, ...], session: str | None, now: float
+    ) -> tuple[int, float | None]:
+        """(shared prefix tokens, idle seconds of the session or None) for a new request."""
+        idle = None
+        if session is not None:
+            last = self._last_seen.pop(session, None)
+            idle = None if last is None else max(0.0, now - last)
+            self._last_seen[session] = now
+            if len(self._last_seen) > self.max_entries:
+                self._last_seen.popitem(last=False)
+        if not block_hashes:
+            return 0, idle
+        key = block_hashes[0]
+        entry = self._prefixes.pop(key, None)
+        shared = 0
+        if entry is not None:
+            other, hashes, shared = entry
+            if other != session or session is None:
+                n = 0
+                for a, b in zip(hashes, block_hashes, strict=False):
+                    if a != b:
+                        break
+                    n += 1
+                # Another conversation sharing n blocks: the deployment's prefix is what all share.
+                if n:
+                    shared = n if shared == 0 else min(shared, n)
+        self._prefixes[key] = (session, block_hashes, shared)
+        if len(self._prefixes) > self.max_entries:
+            self._prefixes.popitem(last=False)
+        return min(shared, len(block_hashes)) * self.block_size, idle

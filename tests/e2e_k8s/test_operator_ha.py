@@ -22,7 +22,8 @@ CR = {
 
 
 @pytest.mark.xfail(
-    reason="passed on the operator-fixes branch; after merging the state/kvmem branches no replica reported standing by within 60 s in one run: not yet diagnosed",
+    reason="passed on the operator-fixes branch; after the state/kvmem merges no replica "
+    "reported standing by within 60 s in one run: not yet diagnosed",
     strict=False,
 )
 def test_a_standby_replica_takes_over_when_the_active_one_is_killed(operator: Operator) -> None:

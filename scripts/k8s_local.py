@@ -515,6 +515,14 @@ class Cluster:
                 time.sleep(0.05)
         self._pid_file(name).unlink(missing_ok=True)
 
+    def outage(self, name: str, seconds: float) -> None:
+        """Stop component `name` for `seconds`, start it again (and wait for the API if it is the apiserver)."""
+        self.stop(name)
+        time.sleep(seconds)
+        self.start(name)
+        if name == "kube-apiserver":
+            self.wait_ready()
+
     # --------------------------------------------------------------------------- API access
 
     def _ssl(self) -> ssl.SSLContext:

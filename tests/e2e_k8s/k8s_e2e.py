@@ -121,6 +121,11 @@ class Kube:
             args += ["-l", selector]
         return list(json.loads(self.kubectl(*args))["items"])
 
+    def merge_patch(self, name: str, namespace: str, patch: dict[str, Any], subresource: str = "") -> str:
+        """A JSON merge patch of the AgentServingDeployment `name` (or of its `subresource`)."""
+        args = ["patch", "asd", name, "-n", namespace, "--type=merge", "-p", json.dumps(patch)]
+        return self.kubectl(*args, *([f"--subresource={subresource}"] if subresource else []))
+
     def apply_yaml(self, text: str, namespace: str | None = None) -> str:
         args = ["apply", "--server-side", "--field-manager=e2e", "-f", "-"]
         if namespace:

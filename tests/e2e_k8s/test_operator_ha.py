@@ -68,9 +68,7 @@ def test_a_standby_replica_takes_over_when_the_active_one_is_killed(operator: Op
         assert takeover <= 30
 
         generation = kube.get("deployment", "ha-router", "ha")["metadata"]["generation"]
-        kube.kubectl(
-            "patch", "asd", "ha", "-n", "ha", "--type=merge", "-p", '{"spec":{"router":{"temperature":0.5}}}'
-        )
+        kube.merge_patch("ha", "ha", {"spec": {"router": {"temperature": 0.5}}})
         wait_for(
             lambda: kube.get("deployment", "ha-router", "ha")["metadata"]["generation"] > generation,
             10,

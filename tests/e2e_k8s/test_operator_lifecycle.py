@@ -84,16 +84,7 @@ def test_a_spec_change_rolls_only_the_right_deployment_within_2_s(two: Kube) -> 
     generations = {c: d["metadata"]["generation"] for c, d in deployments.items() if d}
     other_ns = children(two, "team-b", "coder")
     started = time.monotonic()
-    two.kubectl(
-        "patch",
-        "asd",
-        "coder",
-        "-n",
-        "team-a",
-        "--type=merge",
-        "-p",
-        '{"spec":{"router":{"affinityTtlSeconds":42}}}',
-    )
+    two.merge_patch("coder", "team-a", {"spec": {"router": {"affinityTtlSeconds": 42}}})
     wait_for(
         lambda: (
             two.get("deployment", "coder-router", "team-a")["metadata"]["generation"] > generations["router"]
@@ -163,22 +154,9 @@ def test_restarting_the_operator_writes_nothing_at_rest(two: Kube, operator: Ope
 def test_the_operator_recovers_from_an_apiserver_crash_and_applies_a_change(
     two: Kube, operator: Operator
 ) -> None:
-    cluster = two.cluster
-    cluster.stop("kube-apiserver")
-    time.sleep(12)
-    cluster.start("kube-apiserver")
-    cluster.wait_ready()
+    two.cluster.outage("kube-apiserver", 12)
     generation = two.get("deployment", "coder-router", "team-b")["metadata"]["generation"]
-    two.kubectl(
-        "patch",
-        "asd",
-        "coder",
-        "-n",
-        "team-b",
-        "--type=merge",
-        "-p",
-        '{"spec":{"router":{"affinityTtlSeconds":77}}}',
-    )
+    two.merge_patch("coder", "team-b", {"spec": {"router": {"affinityTtlSeconds": 77}}})
     wait_for(
         lambda: two.get("deployment", "coder-router", "team-b")["metadata"]["generation"] > generation,
         60,
@@ -189,23 +167,9 @@ def test_the_operator_recovers_from_an_apiserver_crash_and_applies_a_change(
 
 def test_resync_survives_a_long_outage(two: Kube, operator: Operator) -> None:
     """A ≥ 90 s API outage, then a drift only the periodic resync can see (a stale status)."""
-    cluster = two.cluster
-    cluster.stop("kube-apiserver")
-    time.sleep(95)
-    cluster.start("kube-apiserver")
-    cluster.wait_ready()
+    two.cluster.outage("kube-apiserver", 95)
     stale = {"status": {"conditions": [], "workersReady": "0/9"}}
-    two.kubectl(
-        "patch",
-        "asd",
-        "coder",
-        "-n",
-        "team-a",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(stale),
-    )
+    two.merge_patch("coder", "team-a", stale, "status")
     # No spec change and no child event: only the resync loop notices (every 5 s in this suite).
     wait_for(
         lambda: (o := two.get("asd", "coder", "team-a")) and o["status"].get("workersReady") == "1/1" and o,

@@ -124,7 +124,7 @@ def test_service_ports_must_be_the_container_ports_they_target(docs: list[kubepl
 def test_probe_targets_resolve_named_ports(docs: list[kubeplay.Doc]) -> None:
     probes = kubeplay.probe_targets(_deployment(docs, "worker"))
     assert {(p.kind, p.port, p.path) for p in probes} == {
-        ("startupProbe", 8200, "/health"),
+        ("startupProbe", 8200, "/ready"),
         ("livenessProbe", 8200, "/health"),
         ("readinessProbe", 8200, "/ready"),
     }

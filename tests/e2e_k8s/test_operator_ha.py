@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import time
 
-import pytest
 import yaml
 from k8s_e2e import Operator, condition, wait_for
 
@@ -21,11 +20,6 @@ CR = {
 }
 
 
-@pytest.mark.xfail(
-    reason="passed on the operator-fixes branch; after the state/kvmem merges no replica "
-    "reported standing by within 60 s in one run: not yet diagnosed",
-    strict=False,
-)
 def test_a_standby_replica_takes_over_when_the_active_one_is_killed(operator: Operator) -> None:
     kube = operator.kube
     kube.ensure_namespace("ha")
@@ -44,9 +38,13 @@ def test_a_standby_replica_takes_over_when_the_active_one_is_killed(operator: Op
         replicas[0].start()
         time.sleep(3)  # the first one registers and is active alone
         replicas[1].start()
-        standby = wait_for(
-            lambda: next((r for r in replicas if PAUSED in r.text()), None), 60, "one replica to stand by"
-        )
+        try:
+            standby = wait_for(
+                lambda: next((r for r in replicas if PAUSED in r.text()), None), 60, "one replica to stand by"
+            )
+        except AssertionError:
+            print(_peering_lines(replicas), kube.get("clusterkopfpeering", "agentserve"))
+            raise
         active = next(r for r in replicas if r is not standby)
         assert PAUSED not in active.text()
         peering = kube.get("clusterkopfpeering", "agentserve")
@@ -60,9 +58,21 @@ def test_a_standby_replica_takes_over_when_the_active_one_is_killed(operator: Op
             0.3,
         )
 
+        # Count, not presence: a keepalive that comes late on a loaded machine can make the standby
+        # resume and pause again before the kill, and that earlier line is not the takeover.
+        resumed_before = standby.text().count(RESUMED)
         killed = time.monotonic()
         active.stop(signal.SIGKILL)  # no goodbye: the standby waits out the peer's 15 s lifetime
-        wait_for(lambda: RESUMED in standby.text(), 45, "the standby to resume", interval=0.2)
+        try:
+            wait_for(
+                lambda: standby.text().count(RESUMED) > resumed_before,
+                45,
+                "the standby to resume",
+                interval=0.2,
+            )
+        except AssertionError:
+            print(_peering_lines(replicas))
+            raise
         takeover = time.monotonic() - killed
         print(f"standby took over {takeover:.1f} s after the active replica was killed")
         assert takeover <= 30
@@ -80,3 +90,14 @@ def test_a_standby_replica_takes_over_when_the_active_one_is_killed(operator: Op
             replica.stop()
         kube.kubectl("delete", "asd", "ha", "-n", "ha", "--wait=false", check=False)
         operator.start()
+
+
+def _peering_lines(replicas: list[Operator]) -> str:
+    """The peering decisions of each replica, for a failure message."""
+    words = ("Pausing", "Resuming", "peering", "Peering", "priority")
+    return "\n".join(
+        f"[ha-{i}] {line}"
+        for i, replica in enumerate(replicas)
+        for line in replica.text().splitlines()
+        if any(word in line for word in words)
+    )

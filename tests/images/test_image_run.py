@@ -86,6 +86,25 @@ INSTALLED = (
     "import importlib.metadata as m, json;"
     "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
 )
+# Imports every module of the packages named in argv (none run at import), less the prefixes given with
+# a leading "-"; prints those that fail. Catches a pruned distribution that some module still imports.
+IMPORT_ALL = """
+import importlib, pkgutil, sys
+tops = [a for a in sys.argv[1:] if not a.startswith("-")]
+skip = tuple(a[1:] for a in sys.argv[1:] if a.startswith("-"))
+failed = {}
+for top in tops:
+    for info in pkgutil.walk_packages(importlib.import_module(top).__path__, top + "."):
+        if info.name.endswith(".__main__") or info.name.startswith(skip):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except Exception as exc:
+            failed[info.name] = repr(exc)
+print(failed)
+"""
+# Per image: the packages it runs (the agentserve image has no kopf, so not agentserve.operator).
+MODULES = {"agentserve": ["agentserve", "-agentserve.operator"], "operator": ["agentserve", "kopf"]}
 
 
 @pytest.mark.parametrize("which", ["agentserve", "operator"])
@@ -128,6 +147,10 @@ def test_image_hygiene(podman: Podman, which: str) -> None:
     assert not names & pruned(which)
     if not expected.drifted:  # else the unit tests skip too: this venv's metadata is not the pinned one
         assert names == expected.names
+    failed = podman.out(
+        "run", "--rm", "--read-only", "--entrypoint", "python3", image, "-c", IMPORT_ALL, *MODULES[which]
+    )  # fmt: skip
+    assert failed == "{}"
     if which == "agentserve":
         # What the router's EndpointSlice discovery builds (router/discovery.py), with aiohttp pruned.
         podman.run(

@@ -53,7 +53,6 @@ SCRIPTS_ON_PATH = (
 PATHS: dict[str, str] = {
     "/opt/agentserve-src": "created by this Dockerfile's WORKDIR, removed after the install",
     "/": "root directory",
-    "/dev/null": "kernel device",
     "/usr/sbin/nologin": "only written to /etc/passwd by useradd (never executed; pods run `agentserve`)",
     CACHE_DIR: "HOME: the operator mounts a volume there (checked below)",
 }

@@ -199,7 +199,7 @@ def create_app(router: LocalRouter, *, manage_router: bool = True) -> ASGIApp:
                         "last_removal": m.last_removal,
                         "inflight_requests": placement.inflight(m.id),
                         "load_blocks": placement.load(m.id),
-                        "cached_blocks": core.index.held_count(m.id),
+                        "cached_blocks": core.held_count(m.id),
                     }
                     for m in fleet.members()
                 ],

@@ -311,6 +311,8 @@ OBJECT_LEVEL = {
     "nodePool",
     "observability.serviceMonitor",
     "networkPolicy",
+    # Acts when the spec is validated (apiserver CEL, operator), not on any object.
+    "workers.llmApiOptionsCheck",
 }
 
 

@@ -329,11 +329,19 @@ class _Member:
                     break
                 try:
                     rank = topic_rank(frames[0], topic) if frames else None
+                    first, events = decode_message(frames)
                     sync = syncs.get(rank)
                     if sync is None:
+                        if rank is not None:
+                            # An engine with ranks: a plain-topic stream seen before its first
+                            # event (a heartbeat of the publisher's idle start) is not one.
+                            plain = syncs.get(None)
+                            if plain is not None and not plain.member:
+                                del syncs[None]
+                        elif not events and any(r is not None for r in syncs):
+                            continue
                         sync = WorkerSync(fleet.core, self.endpoint.id, fleet.counters, dp_rank=rank)
                         syncs[rank] = sync
-                    first, events = decode_message(frames)
                 except KvWireError as exc:
                     log.warning("worker %s sent a bad KV message (%s); resyncing", self.endpoint.id, exc)
                     for each in syncs.values():

@@ -83,4 +83,4 @@ async def test_worker_ranks_reach_the_index_and_placement_pins_the_cached_rank()
             assert steps[0].cached_tokens == len(PROMPT)
             assert engine.ranks[0].load().prompt_tokens == 0 and engine.ranks[1].load().prompt_tokens > 0
             listed = {w["id"]: w for w in await client.workers()}
-            assert listed[worker.url]["cached_blocks"] >= len(HASHES)
+            assert listed[worker.url]["cached_blocks"] >= len(HASHES) and listed[worker.url]["dp_ranks"] == 2

@@ -243,6 +243,13 @@ class WorkerConfig(_Config):
         1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
     )
     sim_script: str | None = Field(None, description="scenario file of scripted raw outputs (sim engine)")
+    sim_dp_ranks: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="attention-DP ranks of the sim engine, each with its own KV cache and per-rank KV "
+        "events (as TensorRT-LLM's enable_attention_dp); sim_kv_blocks is per rank",
+    )
 
 
 C = TypeVar("C", bound=BaseModel)

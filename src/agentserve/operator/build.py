@@ -226,10 +226,14 @@ def inflight_limit(spec: AgentServingDeploymentSpec) -> int:
     batch would queue requests inside TensorRT-LLM, where the router cannot reorder them."""
     if spec.router.max_inflight_per_worker is not None:
         return spec.router.max_inflight_per_worker
-    batch = (spec.workers.llm_api_options or {}).get("max_batch_size")
-    if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1:
-        return batch
-    return WorkerConfig.model_fields["max_batch_size"].default  # type: ignore[no-any-return]
+    options = spec.workers.llm_api_options or {}
+    batch = options.get("max_batch_size")
+    if not (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1):
+        batch = WorkerConfig.model_fields["max_batch_size"].default
+    # With attention DP every tensor-parallel rank runs its own batch: the executor admits up to
+    # tp_size × max_batch_size requests (executor_request_queue.py, `_fetch_new_requests_attention_dp`).
+    ranks = spec.workers.tensor_parallel_size if options.get("enable_attention_dp") is True else 1
+    return int(batch) * ranks
 
 
 MAPPINGS: tuple[Mapping, ...] = (
@@ -338,7 +342,8 @@ MAPPINGS: tuple[Mapping, ...] = (
         "router",
         "max_inflight_per_worker",
         _s(inflight_limit),
-        "default: llmApiOptions.max_batch_size, else the worker's max_batch_size",
+        "default: llmApiOptions.max_batch_size, else the worker's max_batch_size; × tensorParallelSize "
+        "with llmApiOptions.enable_attention_dp (one batch per rank)",
     ),
     # workers
     Mapping("workers.engine", "worker", "engine", _s(lambda s: s.workers.engine)),
@@ -502,6 +507,7 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "sim_kv_blocks",
             "sim_host_kv_blocks",
             "sim_speedup",
+            "sim_dp_ranks",
             "sim_script",
         }
     ),

@@ -23,6 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from agentserve.config import ALL_APIS, ApiName, ReplayPolicy
 from agentserve.families import family_names
+from agentserve.operator.llm_args import TRTLLM_RELEASE, cel_allow_list, unknown_llm_api_options
 
 GROUP = "agentserve.dev"
 VERSION = "v1alpha1"
@@ -60,6 +61,8 @@ class Rule:
     cel: str
     message: str
     check: Callable[[Any], bool]
+    # Python's error may say more than CEL's fixed message (e.g. which key); None: the message.
+    detail: Callable[[Any], str] | None = None
 
 
 def _add_rules(schema: dict[str, Any], cls: type) -> None:
@@ -84,7 +87,7 @@ class _Spec(BaseModel):
     def _check_rules(self) -> _Spec:
         for rule in type(self).rules:
             if not rule.check(self):
-                raise ValueError(rule.message)
+                raise ValueError(rule.detail(self) if rule.detail is not None else rule.message)
         return self
 
 
@@ -98,6 +101,19 @@ Quantity = Annotated[
     int | str,
     WithJsonSchema(
         {"x-kubernetes-int-or-string": True, "pattern": r"^[0-9]+(\.[0-9]+)?([KMGTPE]i?|[mun])?$"}
+    ),
+]
+# TensorRT-LLM LLM() options: a map, so CEL can check its keys (values stay free-form; bounded for
+# CEL's cost estimate).
+LLM_API_OPTIONS_MAX_KEYS = 128
+LlmApiOptions = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": LLM_API_OPTIONS_MAX_KEYS,
+            "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
+        }
     ),
 ]
 DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
@@ -399,8 +415,15 @@ class WorkersSpec(ComponentSpec):
     )
     tensor_parallel_size: int = Field(1, ge=1, le=8, description="tensor parallel size (GPUs per replica)")
     kv_cache: KvCacheSpec = Field(KvCacheSpec.model_validate({}), description="KV cache")
-    llm_api_options: FreeForm | None = Field(
-        None, description="extra TensorRT-LLM LLM API options (TorchLlmArgs fields, snake_case)"
+    llm_api_options: LlmApiOptions | None = Field(
+        None,
+        description="extra TensorRT-LLM LLM API options (TorchLlmArgs fields, snake_case); keys are checked "
+        f"against TensorRT-LLM {TRTLLM_RELEASE}'s fields unless llmApiOptionsCheck is off",
+    )
+    llm_api_options_check: Literal["pinned", "off"] = Field(
+        "pinned",
+        description=f"pinned: refuse llmApiOptions keys TensorRT-LLM {TRTLLM_RELEASE} (the worker image's "
+        "release) does not have, when the spec is applied; off: for another worker image",
     )
     shm_size: Quantity = Field("16Gi", description="size of the /dev/shm memory volume")
     startup_timeout_seconds: int = Field(
@@ -435,12 +458,30 @@ class WorkersSpec(ComponentSpec):
                 s.engine == "sim" or s.gpus_per_worker is None or s.gpus_per_worker >= s.tensor_parallel_size
             ),
         ),
+        Rule(
+            "!has(self.llmApiOptions) || "
+            "(has(self.llmApiOptionsCheck) && self.llmApiOptionsCheck == 'off') || "
+            f"self.llmApiOptions.all(k, k in {cel_allow_list()})",
+            f"llmApiOptions has a key that TensorRT-LLM {TRTLLM_RELEASE}'s LLM() does not accept (see "
+            "docs/kubernetes.md; llmApiOptionsCheck: off for another worker image)",
+            lambda s: (
+                s.llm_api_options is None
+                or s.llm_api_options_check == "off"
+                or not [k for k in unknown_llm_api_options(s.llm_api_options) if "." not in k]
+            ),
+            lambda s: _unknown_option_message(unknown_llm_api_options(s.llm_api_options or {})),
+        ),
     )
 
     @model_validator(mode="after")
     def _options_do_not_shadow_fields(self) -> WorkersSpec:
-        # Not expressible in CEL: fields of a free-form object are invisible to CEL rules.
+        # Not expressible in CEL: the values of llmApiOptions are free-form, invisible to CEL rules.
         options = self.llm_api_options or {}
+        if self.llm_api_options_check == "pinned":
+            # The top-level keys are the CEL rule's too; nested kv_cache_config keys are Python-only.
+            unknown = unknown_llm_api_options(options)
+            if unknown:
+                raise ValueError(_unknown_option_message(unknown))
         for key, field in _SHADOWED_OPTIONS.items():
             if key in options:
                 raise ValueError(f"llmApiOptions.{key} is set by workers.{field}; set it there instead")
@@ -448,6 +489,14 @@ class WorkersSpec(ComponentSpec):
             if key in (options.get("kv_cache_config") or {}):
                 raise ValueError(f"llmApiOptions.kv_cache_config.{key} is set by workers.kvCache.{field}")
         return self
+
+
+def _unknown_option_message(unknown: list[str]) -> str:
+    return (
+        f"llmApiOptions.{', llmApiOptions.'.join(unknown)}: not an LLM() argument of TensorRT-LLM "
+        f"{TRTLLM_RELEASE} (TorchLlmArgs / KvCacheConfig fields; llmApiOptionsCheck: off for another "
+        "worker image)"
+    )
 
 
 _SHADOWED_OPTIONS = {"tensor_parallel_size": "tensorParallelSize"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agentserve.config import RouterConfig
-from agentserve.router.index import IndexStats, KvIndex
+from agentserve.router.index import IndexStats, KvIndex, target
 from agentserve.router.placement import Decision, NoWorkerError, Placement, RouteRequest
 from agentserve.router.queue import AdmissionQueue
 from agentserve.worker.engine import MEDIUM_CPU, AllCleared, BlockRemoved, BlockStored, KvEvent, KvSnapshot
@@ -52,6 +52,8 @@ class RouterCore:
         self.index = KvIndex()
         self.placement = placement or Placement(config)
         self._workers: list[str] = []
+        # Per worker its index keys: [the worker] without attention DP, else one per rank known.
+        self._targets: dict[str, list[str]] = {}
         self._queue: AdmissionQueue[asyncio.Future[None]] = AdmissionQueue(config.queue_max)
         self.decisions = 0
         self.resyncs = 0
@@ -62,37 +64,57 @@ class RouterCore:
     def workers(self) -> tuple[str, ...]:
         return tuple(self._workers)
 
-    def add_worker(self, worker: str) -> None:
+    def add_worker(self, worker: str, dp_rank: int | None = None) -> None:
+        """Make `worker` routable, or one more attention-DP rank of it (each rank is placed and
+        indexed on its own: ranks do not share KV blocks)."""
+        key = target(worker, dp_rank)
+        keys = self._targets.setdefault(worker, [])
+        if key not in keys:
+            keys.append(key)
+            keys.sort(key=lambda k: (len(k), k))
+            self.index.add_worker(key)
         if worker not in self._workers:
             self._workers.append(worker)
-            self.index.add_worker(worker)
             self._admit_waiting()
 
     def remove_worker(self, worker: str) -> None:
-        """Forget a worker that left or failed: its blocks and in-flight load are purged."""
+        """Forget a worker that left or failed: its blocks (every rank's) and in-flight load are
+        purged."""
         if worker in self._workers:
             self._workers.remove(worker)
-        self.index.remove_worker(worker)
+        for key in self._targets.pop(worker, [worker]):
+            self.index.remove_worker(key)
         self.placement.forget_worker(worker)
+
+    def targets(self, worker: str) -> tuple[str, ...]:
+        """`worker`'s index keys: itself, or one per attention-DP rank."""
+        return tuple(self._targets.get(worker, ()))
+
+    def held_count(self, worker: str) -> int:
+        """Blocks `worker` holds, all ranks together."""
+        return sum(self.index.held_count(k) for k in self._targets.get(worker, [worker]))
 
     # -- KV events ---------------------------------------------------------------------------------
 
-    def apply_events(self, worker: str, events: Iterable[KvEvent]) -> bool:
-        """Apply a worker's events in order; False when a sequence gap means it needs `resync`."""
+    def apply_events(self, worker: str, events: Iterable[KvEvent], dp_rank: int | None = None) -> bool:
+        """Apply a worker's (or one of its attention-DP ranks') events in order; False when a
+        sequence gap means it needs `resync`."""
         index = self.index
+        key = target(worker, dp_rank)
         for event in events:
-            if not index.check_sequence(worker, event.seq):
+            if not index.check_sequence(key, event.seq):
                 return False
             if isinstance(event, BlockStored):
-                index.stored(worker, event.block_hashes, event.medium == MEDIUM_CPU)
+                index.stored(key, event.block_hashes, event.medium == MEDIUM_CPU)
             elif isinstance(event, BlockRemoved):
-                index.removed(worker, event.block_hashes)
+                index.removed(key, event.block_hashes)
             elif isinstance(event, AllCleared):
-                index.clear(worker)
+                index.clear(key)
         return True
 
-    def resync(self, worker: str, snapshot: KvSnapshot) -> None:
-        self.index.resync(worker, snapshot.block_hashes, snapshot.seq, snapshot.host_block_hashes)
+    def resync(self, worker: str, snapshot: KvSnapshot, dp_rank: int | None = None) -> None:
+        key = target(worker, dp_rank)
+        self.index.resync(key, snapshot.block_hashes, snapshot.seq, snapshot.host_block_hashes)
         self.resyncs += 1
 
     # -- Router protocol ---------------------------------------------------------------------------
@@ -121,7 +143,9 @@ class RouterCore:
         """Place now, ignoring saturation (the route API and benchmarks use it directly)."""
         overlaps = self.index.overlaps(request.block_hashes) if self.config.policy == "kv" else {}
         on_host = self.index.host_overlaps(request.block_hashes, overlaps) if overlaps else {}
-        decision = self.placement.choose(request, self._workers, overlaps, exclude, on_host)
+        targets = self._targets
+        candidates = [k for w in self._workers if w not in exclude for k in targets.get(w, (w,))]
+        decision = self.placement.choose(request, candidates, overlaps, frozenset(), on_host)
         self.decisions += 1
         return decision
 
@@ -137,6 +161,11 @@ class RouterCore:
 
     def fail_worker(self, worker: str) -> None:
         self.remove_worker(worker)
+        self._admit_waiting()
+
+    def observe_load(self, worker: str, requests: int, blocks: int, tracked: tuple[int, int]) -> None:
+        """What `worker` reports it holds (see `Placement.observe`); waiters may fit now."""
+        self.placement.observe(worker, requests, blocks, tracked)
         self._admit_waiting()
 
     def expire_tickets(self, max_age_s: float) -> int:

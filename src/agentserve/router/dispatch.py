@@ -160,8 +160,12 @@ class DispatchedStream:
                 await self._fail_worker(decision, exclude, "worker is not registered")
                 continue
             self._track(decision.worker)
+            request = self._request
+            if decision.dp_rank is not None or request.dp_rank is not None:
+                # The attention-DP rank whose cache the router chose: the worker pins it there.
+                request = replace(request, dp_rank=decision.dp_rank)
             # A task, so that `interrupt` can end an open a hung worker never answers.
-            self._opening = asyncio.ensure_future(transport.open(self._request))
+            self._opening = asyncio.ensure_future(transport.open(request))
             try:
                 self._stream = await self._opening
             except InvalidRequestError:

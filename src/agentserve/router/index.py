@@ -5,7 +5,9 @@ request is the number of the request's *leading* blocks it holds. The index maps
 bitmask of worker slots; a lookup walks the request's hashes once, narrowing the mask, so its cost
 grows with the request's blocks and the worker count, never with the size of the index.
 
-Per worker it tracks the events' sequence numbers: a gap means events were lost, and the worker's
+Keys are workers, or one attention-DP rank of a worker (`target`): ranks cache apart.
+
+Per key it tracks the events' sequence numbers: a gap means events were lost, and the worker's
 entries can no longer be trusted until it is resynced from the worker's snapshot.
 
 A block a worker holds in its host tier (KV events with medium "cpu") counts as held, with its bit
@@ -17,6 +19,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+# Attention data parallelism: each rank of a worker holds its own KV cache, so the index keys blocks by
+# (worker, rank). A key is the worker id itself for a worker without ranks, else the id and the rank
+# joined by a separator no URL or pod name contains.
+_RANK_SEP = "\x1f"
+
+
+def target(worker: str, dp_rank: int | None) -> str:
+    """The index key of `worker`'s attention-DP rank (`worker` itself without ranks)."""
+    return worker if dp_rank is None else f"{worker}{_RANK_SEP}{dp_rank}"
+
+
+def split_target(key: str) -> tuple[str, int | None]:
+    """(worker, attention-DP rank or None) of an index key."""
+    worker, sep, rank = key.rpartition(_RANK_SEP)
+    return (worker, int(rank)) if sep else (key, None)
 
 
 @dataclass(frozen=True, slots=True)

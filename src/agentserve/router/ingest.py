@@ -40,7 +40,7 @@ from agentserve.router.discovery import WorkerEndpoint, diff, kv_endpoint_for
 from agentserve.router.sync import BlockSizeMismatchError, IngestCounters, WorkerSync
 from agentserve.worker.client import WorkerClient
 from agentserve.worker.engine import EngineError, KvSnapshot
-from agentserve.worker.kvwire import DEFAULT_TOPIC, KvWireError, decode_message
+from agentserve.worker.kvwire import DEFAULT_TOPIC, KvWireError, decode_message, topic_rank
 
 log = logging.getLogger("agentserve.router")
 
@@ -57,6 +57,9 @@ class WorkerProbe(Protocol):
     async def ready(self) -> bool: ...
 
     async def kv_snapshot(self) -> KvSnapshot: ...
+
+    # (Optional, `WorkerClient` has them: `kv_snapshot(dp_rank)` for workers with attention-DP
+    # ranks, `load()` for the in-flight view a restarted router rebuilds.)
 
     async def info(self) -> dict[str, object]: ...
 
@@ -285,11 +288,11 @@ class _Member:
         sock.setsockopt(zmq.RCVHWM, 1_000_000)
         sock.setsockopt(zmq.SUBSCRIBE, topic)
         sock.connect(kv)
-        sync = WorkerSync(fleet.core, self.endpoint.id, fleet.counters)
+        syncs: dict[int | None, WorkerSync] = {}
         self.joined = False
         self._set(State.SYNCING)
         tasks = [
-            asyncio.create_task(self._receive(sock, sync, client)),
+            asyncio.create_task(self._receive(sock, syncs, topic, client)),
             asyncio.create_task(self._health(client)),
             asyncio.create_task(self._reported()),
         ]
@@ -302,7 +305,11 @@ class _Member:
             sock.close(linger=0)  # first: the await below may be interrupted by a cancellation
             await cancel_all(tasks)
 
-    async def _receive(self, sock: zmq.asyncio.Socket, sync: WorkerSync, client: WorkerProbe) -> None:
+    async def _receive(
+        self, sock: zmq.asyncio.Socket, syncs: dict[int | None, WorkerSync], topic: bytes, client: WorkerProbe
+    ) -> None:
+        """Follow the worker's KV events: one `WorkerSync` per stream, i.e. per attention-DP rank
+        (the message's topic names it; a worker without ranks has one stream)."""
         fleet = self.fleet
         loop = asyncio.get_running_loop()
         timeout = fleet.kv_events_timeout_s
@@ -321,26 +328,66 @@ class _Member:
                 except zmq.Again:
                     break
                 try:
+                    rank = topic_rank(frames[0], topic) if frames else None
                     first, events = decode_message(frames)
+                    sync = syncs.get(rank)
+                    if sync is None:
+                        if rank is not None:
+                            # An engine with ranks: a plain-topic stream seen before its first
+                            # event (a heartbeat of the publisher's idle start) is not one.
+                            plain = syncs.get(None)
+                            if plain is not None and not plain.member:
+                                del syncs[None]
+                        elif not events and any(r is not None for r in syncs):
+                            continue
+                        sync = WorkerSync(fleet.core, self.endpoint.id, fleet.counters, dp_rank=rank)
+                        syncs[rank] = sync
                 except KvWireError as exc:
                     log.warning("worker %s sent a bad KV message (%s); resyncing", self.endpoint.id, exc)
-                    sync.request_resync()
+                    for each in syncs.values():
+                        each.request_resync()
                     continue
                 sync.on_message(first, events)
-            if sync.wants_snapshot:
-                await self._resync(sync, client)
+            for sync in list(syncs.values()):
+                if sync.wants_snapshot:
+                    await self._resync(sync, client)
 
     async def _resync(self, sync: WorkerSync, client: WorkerProbe) -> None:
         try:
-            snapshot = await asyncio.wait_for(client.kv_snapshot(), self.fleet.snapshot_timeout_s)
+            if sync.dp_rank is None:
+                fetch = client.kv_snapshot()
+            else:
+                fetch = client.kv_snapshot(sync.dp_rank)  # type: ignore[call-arg]
+            snapshot = await asyncio.wait_for(fetch, self.fleet.snapshot_timeout_s)
             sync.on_snapshot(snapshot)
         except BlockSizeMismatchError as exc:
             raise _SessionEnd(f"misconfigured: {exc}") from exc
         except (TimeoutError, OSError, EngineError, KeyError, ValueError) as exc:
             raise _SessionEnd(f"snapshot failed: {exc!r}") from exc
+        if not self.joined:
+            await self._observe_load(client)  # before the first route: what the worker runs now
         self.joined = True
         if not self.reported.is_set():
             self._set(State.LIVE)
+
+    async def _observe_load(self, client: WorkerProbe) -> None:
+        """Tell the placement how many requests the worker holds, from the worker itself: a router
+        that restarted (or one replica of several) sees load it never routed."""
+        load = getattr(client, "load", None)
+        if load is None:
+            return
+        placement = self.fleet.core.placement
+        tracked = placement.tracked(self.endpoint.id)  # as the question leaves (see `observe`)
+        try:
+            current = await asyncio.wait_for(load(), self.fleet.health_interval_s)
+        except (TimeoutError, OSError, EngineError, TypeError, ValueError, KeyError):
+            return
+        core = self.fleet.core
+        if self.stopped or self.endpoint.id not in core.workers:
+            return  # removed meanwhile: its load was forgotten with it
+        core.observe_load(
+            self.endpoint.id, current.running + current.waiting, current.kv_blocks_used, tracked
+        )
 
     async def _health(self, client: WorkerProbe) -> None:
         failures = 0
@@ -359,6 +406,8 @@ class _Member:
                     raise _SessionEnd("draining: the worker is shutting down")
                 ok = state == "ready"
             failures = 0 if ok else failures + 1
+            if ok and self.joined:
+                await self._observe_load(client)
             if failures >= HEALTH_FAILURES:
                 raise _SessionEnd(f"unhealthy: {failures} /ready probes failed")
 

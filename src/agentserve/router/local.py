@@ -26,7 +26,8 @@ from agentserve.router.ingest import Fleet
 from agentserve.router.metrics import RouterMetrics
 from agentserve.router.placement import Decision, NoWorkerError, RouteRequest
 from agentserve.router.sync import IngestCounters, WorkerSync
-from agentserve.worker.engine import Engine
+from agentserve.worker.engine import Engine, KvSnapshot
+from agentserve.worker.kvwire import split_by_rank
 
 log = logging.getLogger("agentserve.router")
 
@@ -157,6 +158,7 @@ class EngineRouter:
         self.core = RouterCore(config)
         self.counters = IngestCounters()
         self._syncs: dict[str, WorkerSync] = {}
+        self._rank_syncs: dict[str, dict[int | None, WorkerSync]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -179,16 +181,26 @@ class EngineRouter:
             while not engine.ready:
                 await asyncio.sleep(0.1)
             events = engine.kv_events()  # subscribe first: nothing after the snapshot is missed
-            sync = WorkerSync(self.core, name, self.counters)
-            sync.on_snapshot(engine.kv_snapshot())
-            self._syncs[name] = sync
+            ranks: list[int | None] = list(range(getattr(engine, "dp_ranks", 1)))
+            if len(ranks) == 1:
+                ranks = [None]
+            # One sync per attention-DP rank (each rank's events are numbered on their own).
+            syncs = {r: WorkerSync(self.core, name, self.counters, dp_rank=r) for r in ranks}
+            for rank, sync in syncs.items():
+                sync.on_snapshot(_snapshot(engine, rank))
+            self._syncs[name] = syncs[ranks[0]]
+            self._rank_syncs[name] = syncs
             async for batch in events:
-                if batch:
-                    sync.on_message(batch[0].seq, batch)
-                if sync.wants_snapshot:
-                    sync.on_snapshot(engine.kv_snapshot())
+                for rank, part in split_by_rank(batch).items() if batch else ():
+                    rank_sync = syncs.get(rank)
+                    if rank_sync is not None:
+                        rank_sync.on_message(part[0].seq, part)
+                for rank, sync in syncs.items():
+                    if sync.wants_snapshot:
+                        sync.on_snapshot(_snapshot(engine, rank))
             # The subscription ended: the engine stopped.
             self._syncs.pop(name, None)
+            self._rank_syncs.pop(name, None)
             self.core.remove_worker(name)
 
     async def route(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision:
@@ -199,7 +211,12 @@ class EngineRouter:
 
     async def worker_failed(self, worker: str) -> None:
         await self.core.worker_failed(worker)
-        engine, sync = self.engines.get(worker), self._syncs.get(worker)
-        if engine is not None and sync is not None and engine.ready:
-            sync.member = False  # rejoin with a fresh snapshot
-            sync.on_snapshot(engine.kv_snapshot())
+        engine, syncs = self.engines.get(worker), self._rank_syncs.get(worker)
+        if engine is not None and syncs is not None and engine.ready:
+            for rank, sync in syncs.items():
+                sync.member = False  # rejoin with a fresh snapshot
+                sync.on_snapshot(_snapshot(engine, rank))
+
+
+def _snapshot(engine: Engine, dp_rank: int | None) -> KvSnapshot:
+    return engine.kv_snapshot() if dp_rank is None else engine.kv_snapshot(dp_rank)

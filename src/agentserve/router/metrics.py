@@ -150,7 +150,7 @@ class _StateCollector(Collector):
         for worker in core.workers:
             inflight.add_metric([worker], placement.inflight(worker))
             load.add_metric([worker], placement.load(worker))
-            cached.add_metric([worker], core.index.held_count(worker))
+            cached.add_metric([worker], core.held_count(worker))
         yield inflight
         yield load
         yield cached

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from agentserve.config import RouterConfig
+from agentserve.router.index import split_target
 
 DEFAULT_OSL_TOKENS = 256  # expected output when the request gives no osl hint
 
@@ -45,6 +46,9 @@ class Decision:
     policy: str
     ticket: int  # pass to Placement.finish when the request completes
     costs: Mapping[str, float] = field(default_factory=dict)
+    # The attention-DP rank of `worker` chosen (None: the worker has no ranks); the worker pins
+    # the request to it.
+    dp_rank: int | None = None
 
 
 class NoWorkerError(RuntimeError):
@@ -53,6 +57,7 @@ class NoWorkerError(RuntimeError):
 
 @dataclass(slots=True)
 class _InFlight:
+    target: str  # the worker, or one attention-DP rank of it (index.target)
     worker: str
     blocks: int
     since: float
@@ -74,8 +79,12 @@ class Placement:
         # wrong replica (a frontend's connection moved) finishes nothing there.
         self._tickets = count(self._rng.getrandbits(62))
         self._inflight: dict[int, _InFlight] = {}
-        self._load: dict[str, int] = {}  # worker -> in-flight blocks
+        self._load: dict[str, int] = {}  # target (worker or worker rank) -> in-flight blocks
+        self._worker_load: dict[str, int] = {}  # worker -> in-flight blocks, all ranks
         self._requests: dict[str, int] = {}  # worker -> in-flight requests
+        # Load the workers report that this router did not route (requests, KV blocks): what a
+        # restarted router, or one replica among several, rebuilds its view from (`observe`).
+        self._untracked: dict[str, tuple[int, int]] = {}
         self._affinity: OrderedDict[str, tuple[str, float]] = OrderedDict()  # session -> (worker, expiry)
         self._max_sessions = max_sessions
         self._rr = 0
@@ -83,11 +92,33 @@ class Placement:
     # -- load --------------------------------------------------------------------------------------
 
     def load(self, worker: str) -> int:
-        """Blocks that requests routed to `worker` occupy now (prompt + expected output)."""
-        return self._load.get(worker, 0)
+        """Blocks that requests on `worker` occupy now: those routed here (prompt + expected
+        output, all ranks) plus the untracked ones the worker reported."""
+        return self._worker_load.get(worker, 0) + self._untracked.get(worker, (0, 0))[1]
 
     def inflight(self, worker: str) -> int:
-        return self._requests.get(worker, 0)
+        """Requests on `worker`: those this router routed there and has not seen finish, plus
+        those the worker reported beyond them (another replica's, or from before a restart)."""
+        return self._requests.get(worker, 0) + self._untracked.get(worker, (0, 0))[0]
+
+    def tracked(self, worker: str) -> tuple[int, int]:
+        """(requests, blocks) this router routed to `worker` and has not seen finish."""
+        return self._requests.get(worker, 0), self._worker_load.get(worker, 0)
+
+    def observe(self, worker: str, requests: int, blocks: int, tracked: tuple[int, int]) -> None:
+        """The worker's own count of the requests it holds (running + waiting) and the KV blocks
+        they use, asked when this router tracked `tracked` (= `self.tracked(worker)` then).
+
+        Tickets die with a router process; the worker's count does not. What the worker holds
+        beyond this router's tickets is load routed elsewhere (another replica, or this one
+        before it restarted): it counts until the next report replaces it, so a restarted router
+        starts from what the worker really runs. Comparing with the tickets of the moment of the
+        question (not of the answer) keeps a request that finished meanwhile from counting twice."""
+        extra = (max(0, requests - tracked[0]), max(0, blocks - tracked[1]))
+        if extra == (0, 0):
+            self._untracked.pop(worker, None)
+        else:
+            self._untracked[worker] = extra
 
     def expire(self, max_age_s: float) -> int:
         """Finish tickets older than `max_age_s` (their caller vanished without `finish`)."""
@@ -100,8 +131,9 @@ class Placement:
     def forget_worker(self, worker: str) -> None:
         for ticket in [t for t, f in self._inflight.items() if f.worker == worker]:
             self.finish(ticket)
-        for session in [s for s, (w, _) in self._affinity.items() if w == worker]:
+        for session in [s for s, (w, _) in self._affinity.items() if split_target(w)[0] == worker]:
             del self._affinity[session]
+        self._untracked.pop(worker, None)
 
     # -- decisions ---------------------------------------------------------------------------------
 
@@ -127,7 +159,7 @@ class Placement:
             worker = self._rng.choice(candidates)
         else:
             for w in candidates:
-                load = self._load.get(w, 0)
+                load = self._target_load(w)
                 if policy == "least-loaded":
                     costs[w] = float(load)
                 else:
@@ -142,22 +174,36 @@ class Placement:
         osl = request.osl if request.osl is not None else DEFAULT_OSL_TOKENS
         ticket = self._begin(worker, prompt_blocks + -(-osl // bs))
         self._remember(request.session_id, worker)
-        return Decision(worker, overlap, prompt_blocks, costs.get(worker, 0.0), policy, ticket, costs)
+        pod, rank = split_target(worker)
+        return Decision(pod, overlap, prompt_blocks, costs.get(worker, 0.0), policy, ticket, costs, rank)
 
     def finish(self, ticket: int) -> None:
         """The request of `ticket` completed (or failed): its blocks stop counting as load."""
         flight = self._inflight.pop(ticket, None)
         if flight is None:
             return
-        self._load[flight.worker] -= flight.blocks
+        self._load[flight.target] -= flight.blocks
+        self._worker_load[flight.worker] -= flight.blocks
         self._requests[flight.worker] -= 1
 
-    def _begin(self, worker: str, blocks: int) -> int:
+    def _begin(self, target: str, blocks: int) -> int:
         ticket = next(self._tickets)
-        self._inflight[ticket] = _InFlight(worker, blocks, self._clock())
-        self._load[worker] = self._load.get(worker, 0) + blocks
+        worker = split_target(target)[0]
+        self._inflight[ticket] = _InFlight(target, worker, blocks, self._clock())
+        self._load[target] = self._load.get(target, 0) + blocks
+        self._worker_load[worker] = self._worker_load.get(worker, 0) + blocks
         self._requests[worker] = self._requests.get(worker, 0) + 1
         return ticket
+
+    def _target_load(self, target: str) -> int:
+        own = self._load.get(target, 0)
+        if not self._untracked:
+            return own
+        worker, rank = split_target(target)
+        untracked = self._untracked.get(worker)
+        if untracked is None or rank is not None:  # a worker's report does not say which rank
+            return own
+        return own + untracked[1]
 
     def _select(self, costs: dict[str, float], session: str | None) -> str:
         sticky = self._sticky_worker(session)

@@ -199,7 +199,9 @@ def create_app(router: LocalRouter, *, manage_router: bool = True) -> ASGIApp:
                         "last_removal": m.last_removal,
                         "inflight_requests": placement.inflight(m.id),
                         "load_blocks": placement.load(m.id),
-                        "cached_blocks": core.index.held_count(m.id),
+                        "cached_blocks": core.held_count(m.id),
+                        # Attention-DP ranks followed (one KV stream and index key each); 0: none yet.
+                        "dp_ranks": sum(1 for k in core.targets(m.id) if k != m.id),
                     }
                     for m in fleet.members()
                 ],

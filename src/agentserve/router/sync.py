@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentserve.router.core import RouterCore
+from agentserve.router.index import target
 from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, KvEvent, KvSnapshot
 
 
@@ -56,6 +57,8 @@ class WorkerSync:
         "_held_events",
         "core",
         "counters",
+        "dp_rank",
+        "key",
         "max_held_events",
         "member",
         "wants_snapshot",
@@ -69,9 +72,14 @@ class WorkerSync:
         counters: IngestCounters | None = None,
         *,
         max_held_events: int = 200_000,
+        dp_rank: int | None = None,
     ) -> None:
         self.core = core
         self.worker = worker
+        # One attention-DP rank's stream of the worker (None: a worker without ranks); each rank
+        # has its own numbers, snapshot and index key.
+        self.dp_rank = dp_rank
+        self.key = target(worker, dp_rank)
         self.counters = counters if counters is not None else IngestCounters()
         self.max_held_events = max_held_events  # memory bound while a snapshot is awaited
         self.wants_snapshot = True
@@ -102,9 +110,9 @@ class WorkerSync:
                 f"{self.core.config.block_size}: set the same block_size on both"
             )
         if not self.member:
-            self.core.add_worker(self.worker)
+            self.core.add_worker(self.worker, self.dp_rank)
             self.member = True
-        self.core.resync(self.worker, snapshot)
+        self.core.resync(self.worker, snapshot, self.dp_rank)
         self.counters.resyncs += 1
         self.wants_snapshot = False
         held, self._held, self._held_events = self._held, deque(), 0
@@ -123,7 +131,7 @@ class WorkerSync:
     def _heartbeat(self, next_seq: int) -> None:
         if self.wants_snapshot:
             return
-        last = self.core.index.last_seq(self.worker)
+        last = self.core.index.last_seq(self.key)
         if last is not None and next_seq > last + 1:
             self.counters.gaps += 1
             self.wants_snapshot = True
@@ -141,7 +149,7 @@ class WorkerSync:
     def _apply(self, events: Sequence[KvEvent]) -> None:
         # A message's events are consecutive (the wire numbers them first, first + 1, ...).
         index = self.core.index
-        last = index.last_seq(self.worker)
+        last = index.last_seq(self.key)
         if last is None:  # cannot happen once resynced; treat as lost state
             self._gap(events)
             return
@@ -153,7 +161,7 @@ class WorkerSync:
             skip = min(last + 1 - first, len(events))
             restart = next((i for i in range(skip - 1, -1, -1) if isinstance(events[i], AllCleared)), None)
             if restart is not None:
-                index.resync(self.worker, (), events[restart].seq)
+                index.resync(self.key, (), events[restart].seq)
                 self.counters.restarts += 1
                 events = events[restart + 1 :]
             else:
@@ -161,7 +169,7 @@ class WorkerSync:
                 events = events[skip:]
             if not events:
                 return
-        if not self.core.apply_events(self.worker, events):  # only if a message broke numbering
+        if not self.core.apply_events(self.worker, events, self.dp_rank):  # only if a message broke numbering
             self._gap(events)
             return
         counters = self.counters

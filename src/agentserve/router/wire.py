@@ -173,6 +173,7 @@ def encode_decision(decision: Decision, url: str, encoding: Encoding) -> bytes:
             "cost": decision.cost,
             "policy": decision.policy,
             "ticket": decision.ticket,
+            **({} if decision.dp_rank is None else {"dp_rank": decision.dp_rank}),
         },
         encoding,
     )
@@ -188,6 +189,7 @@ def decode_decision(body: bytes, encoding: Encoding) -> tuple[Decision, str]:
             float(data["cost"]),
             str(data["policy"]),
             int(data["ticket"]),
+            dp_rank=None if data.get("dp_rank") is None else int(data["dp_rank"]),
         )
         return decision, str(data["url"])
     except (KeyError, TypeError, ValueError) as exc:

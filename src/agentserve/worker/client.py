@@ -207,13 +207,15 @@ class WorkerClient:
     async def load(self) -> Load:
         return Load(**await self._json("/load"))
 
-    async def kv_snapshot(self) -> KvSnapshot:
-        data = await self._json("/kv/snapshot")
+    async def kv_snapshot(self, dp_rank: int | None = None) -> KvSnapshot:
+        path = "/kv/snapshot" if dp_rank is None else f"/kv/snapshot?dp_rank={int(dp_rank)}"
+        data = await self._json(path)
         return KvSnapshot(
             data["seq"],
             data["block_size"],
             tuple(data["block_hashes"]),
             tuple(data.get("host_block_hashes", ())),
+            dp_rank,
         )
 
     async def info(self) -> dict[str, Any]:

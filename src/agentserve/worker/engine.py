@@ -106,6 +106,10 @@ class GenerateRequest:
     # nvext.cache_salt: requests with different salts never share KV blocks (TensorRT-LLM
     # `generate_async(cache_salt=…)`); the sim engine does not model salts.
     cache_salt: str | None = None
+    # Attention data parallelism: the rank whose KV cache the router chose (None: the engine
+    # balances). TensorRT-LLM pins it with `SchedulingParams(attention_dp_rank=…,
+    # attention_dp_relax=False)`; the sim's `--sim-dp-ranks` engine runs it on that rank.
+    dp_rank: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -160,6 +164,7 @@ class BlockStored:
     parent_hash: int | None
     num_tokens: int
     medium: str = "gpu"
+    dp_rank: int | None = None  # the attention-DP rank whose cache changed (None: no attention DP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +174,7 @@ class BlockRemoved:
     seq: int
     block_hashes: tuple[int, ...]
     medium: str = "gpu"
+    dp_rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +182,7 @@ class AllCleared:
     """The engine dropped every block (startup, reset): a subscriber forgets this worker's blocks."""
 
     seq: int
+    dp_rank: int | None = None
 
 
 KvEvent: TypeAlias = BlockStored | BlockRemoved | AllCleared
@@ -189,6 +196,7 @@ class KvSnapshot:
     block_size: int
     block_hashes: tuple[int, ...]
     host_block_hashes: tuple[int, ...] = ()  # held in the host tier (not in `block_hashes`)
+    dp_rank: int | None = None  # the attention-DP rank it describes (None: no attention DP)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,6 +283,9 @@ class Engine(Protocol):
         """A new subscription: batches of events in sequence order, from now on, without gaps."""
         ...
 
-    def kv_snapshot(self) -> KvSnapshot: ...
+    def kv_snapshot(self, dp_rank: int | None = None) -> KvSnapshot:
+        """Every block stored now. An engine with attention-DP ranks (`dp_ranks` > 1) keeps one
+        event stream and one snapshot per rank: its events carry `dp_rank`, numbered per rank."""
+        ...
 
     def load(self) -> Load: ...

@@ -19,6 +19,12 @@ A heartbeat is an empty batch whose sequence number is the *next* one the publis
 so a subscriber tells a quiet worker from a dead one, and also learns of events lost at the end
 of a burst (the heartbeat's number jumps) without waiting for the next event. Subscribers that
 only decode events see heartbeats as empty lists.
+
+Attention data parallelism: an engine whose ranks each hold their own KV cache publishes one stream
+per rank, each numbered from 1 by itself, on the topic `<topic>/<rank>` (`rank_topic`); a worker
+without ranks uses `<topic>` alone. A subscriber to `<topic>` receives every rank's stream (ZeroMQ
+filters by prefix) and tells them apart by the message's topic frame (`topic_rank`); a snapshot
+is per rank too (`GET /kv/snapshot?dp_rank=N`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,32 @@ _EMPTY_ARRAY = b"\x90"  # msgpack fixarray of length 0
 
 class KvWireError(ValueError):
     pass
+
+
+def rank_topic(topic: bytes, dp_rank: int | None) -> bytes:
+    """The topic of one attention-DP rank's stream (`topic` itself without ranks)."""
+    return topic if dp_rank is None else topic + b"/" + str(dp_rank).encode()
+
+
+def topic_rank(frame: bytes, topic: bytes) -> int | None:
+    """The attention-DP rank a message's topic frame names (None: a worker without ranks)."""
+    if frame == topic:
+        return None
+    rest = frame[len(topic) + 1 :]
+    if not frame.startswith(topic + b"/") or not rest.isdigit() or len(rest) > 6:
+        raise KvWireError(f"unknown KV event topic {frame[:64]!r}")
+    return int(rest)
+
+
+def split_by_rank(events: Sequence[KvEvent]) -> dict[int | None, list[KvEvent]]:
+    """A batch's events per attention-DP rank, in order (one entry, None, without ranks)."""
+    first = events[0].dp_rank if events else None
+    if all(e.dp_rank == first for e in events):  # the common case: one rank per batch
+        return {first: list(events)}
+    out: dict[int | None, list[KvEvent]] = {}
+    for event in events:
+        out.setdefault(event.dp_rank, []).append(event)
+    return out
 
 
 def _event_body(event: KvEvent) -> list[Any]:

@@ -67,7 +67,12 @@ def build_engine(config: WorkerConfig) -> Engine:
         ),
         speedup=config.sim_speedup,
     )
-    return SimEngine(sim, tokenizer, build_policy(config, tokenizer))
+    policy = build_policy(config, tokenizer)
+    if config.sim_dp_ranks > 1:
+        from agentserve.worker.engines.sim_dp import DpSimEngine
+
+        return DpSimEngine(config.sim_dp_ranks, sim, tokenizer, policy)
+    return SimEngine(sim, tokenizer, policy)
 
 
 async def serve(config: WorkerConfig) -> None:

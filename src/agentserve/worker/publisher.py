@@ -5,6 +5,9 @@ messages, sees a sequence-number gap and resyncs from the snapshot endpoint. Bat
 the engine produced them (one message per iteration), split above `max_batch` events. While no
 batch goes out for `heartbeat_s`, a heartbeat does (`kvwire.encode_heartbeat`): subscribers use
 it to tell an idle worker from one that stopped publishing.
+
+Events of an engine with attention-DP ranks (`dp_rank` set) go out per rank, each rank's on its
+own topic with its own numbers (`kvwire.rank_topic`), and every rank seen gets heartbeats.
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ from collections.abc import AsyncIterator, Sequence
 import zmq
 
 from agentserve.worker.engine import KvEvent
-from agentserve.worker.kvwire import DEFAULT_TOPIC, HEARTBEAT_INTERVAL_S, encode_batch, encode_heartbeat
+from agentserve.worker.kvwire import (
+    DEFAULT_TOPIC,
+    HEARTBEAT_INTERVAL_S,
+    encode_batch,
+    encode_heartbeat,
+    rank_topic,
+    split_by_rank,
+)
 
 
 class KvEventPublisher:
@@ -43,23 +53,37 @@ class KvEventPublisher:
         self.endpoint = last.decode() if isinstance(last, bytes) else str(last)
         self.events_published = 0
         self.messages_published = 0
-        self.last_seq = 0
+        self.last_seqs: dict[int | None, int] = {}  # per attention-DP rank (None: no ranks)
         self.heartbeats_sent = 0
         self._last_send = time.monotonic()
 
     def publish(self, events: Sequence[KvEvent]) -> None:
-        sock, topic, step = self._sock, self.topic, self.max_batch
-        for i in range(0, len(events), step):
-            chunk = events[i : i + step]
-            sock.send_multipart(encode_batch(chunk, topic), flags=zmq.NOBLOCK)
-            self.messages_published += 1
-        if events:
-            self.events_published += len(events)
-            self.last_seq = events[-1].seq
-            self._last_send = time.monotonic()
+        if not events:
+            return
+        sock, step = self._sock, self.max_batch
+        for rank, stream in split_by_rank(events).items():
+            topic = rank_topic(self.topic, rank)
+            for i in range(0, len(stream), step):
+                sock.send_multipart(encode_batch(stream[i : i + step], topic), flags=zmq.NOBLOCK)
+                self.messages_published += 1
+            self.last_seqs[rank] = stream[-1].seq
+        self.events_published += len(events)
+        self._last_send = time.monotonic()
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence number published on the stream without ranks."""
+        return self.last_seqs.get(None, 0)
+
+    @last_seq.setter
+    def last_seq(self, seq: int) -> None:
+        self.last_seqs[None] = seq
 
     def heartbeat(self) -> None:
-        self._sock.send_multipart(encode_heartbeat(self.last_seq + 1, self.topic), flags=zmq.NOBLOCK)
+        for rank in self.last_seqs or {None: 0}:
+            topic = rank_topic(self.topic, rank)
+            next_seq = self.last_seqs.get(rank, 0) + 1
+            self._sock.send_multipart(encode_heartbeat(next_seq, topic), flags=zmq.NOBLOCK)
         self.heartbeats_sent += 1
         self._last_send = time.monotonic()
 

@@ -299,15 +299,25 @@ def create_app(
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     async def kv_snapshot(request: Request) -> Response:
-        snap = engine.kv_snapshot()
-        return JSONResponse(
-            {
-                "seq": snap.seq,
-                "block_size": snap.block_size,
-                "block_hashes": list(snap.block_hashes),
-                "host_block_hashes": list(snap.host_block_hashes),
-            }
-        )
+        raw_rank = request.query_params.get("dp_rank")
+        try:
+            if raw_rank is None:
+                snap = engine.kv_snapshot()
+            elif not raw_rank.isdigit() or len(raw_rank) > 6:
+                return error_response(400, "invalid_request", "dp_rank must be a non-negative integer")
+            else:
+                snap = engine.kv_snapshot(int(raw_rank))
+        except InvalidRequestError as exc:  # a rank this engine does not have, or none given
+            return error_response(400, "invalid_request", str(exc))
+        body: dict[str, object] = {
+            "seq": snap.seq,
+            "block_size": snap.block_size,
+            "block_hashes": list(snap.block_hashes),
+            "host_block_hashes": list(snap.host_block_hashes),
+        }
+        if snap.dp_rank is not None:
+            body["dp_rank"] = snap.dp_rank
+        return JSONResponse(body)
 
     async def load(request: Request) -> Response:
         return JSONResponse(asdict(engine.load()))
@@ -320,6 +330,8 @@ def create_app(
                 "block_size": engine.block_size,
                 "kv_events_endpoint": publisher.endpoint if publisher is not None else None,
                 "kv_events_topic": publisher.topic.decode() if publisher is not None else None,
+                # Attention-DP ranks, each with its own KV event stream (topic `<topic>/<rank>`).
+                "dp_ranks": getattr(engine, "dp_ranks", 1),
             }
         )
 

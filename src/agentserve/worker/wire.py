@@ -101,6 +101,8 @@ def encode_request(request: GenerateRequest) -> Frame:
         body["priority"] = request.priority
     if request.cache_salt is not None:
         body["cache_salt"] = request.cache_salt
+    if request.dp_rank is not None:
+        body["dp_rank"] = request.dp_rank
     if request.hints is not None:
         h = request.hints
         body["hints"] = {
@@ -222,7 +224,7 @@ _SAMPLING_KEYS = frozenset(
 def decode_request(data: Any) -> GenerateRequest:
     if not isinstance(data, Mapping):
         raise WireError("the request body must be an object")
-    known = {"request_id", "token_ids", "sampling", "priority", "hints", "cache_salt", "retention"}
+    known = {"request_id", "token_ids", "sampling", "priority", "hints", "cache_salt", "retention", "dp_rank"}
     unknown = set(data) - known
     if unknown:
         raise WireError(f"unknown fields: {', '.join(sorted(map(str, unknown)))}")
@@ -290,7 +292,10 @@ def decode_request(data: Any) -> GenerateRequest:
         raise WireError("cache_salt must be a non-empty string of at most 256 characters")
     raw_retention = data.get("retention")
     retention = None if raw_retention is None else decode_retention(raw_retention)
-    return GenerateRequest(rid, ids, sampling, priority, hints, retention, cache_salt=salt)
+    dp_rank = data.get("dp_rank")
+    if dp_rank is not None and (type(dp_rank) is not int or not 0 <= dp_rank < 1024):
+        raise WireError("dp_rank must be an integer in 0..1023")
+    return GenerateRequest(rid, ids, sampling, priority, hints, retention, cache_salt=salt, dp_rank=dp_rank)
 
 
 # --------------------------------------------------------------------------------------------------

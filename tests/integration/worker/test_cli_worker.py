@@ -74,8 +74,33 @@ def test_bad_worker_settings_exit_with_a_message(tmp_path: Path) -> None:
     assert b"rules" in out and b"Traceback" not in out
 
 
-@pytest.mark.parametrize("flag", ["--sim-speedup=-1", "--max-batch-size=0"])
+@pytest.mark.parametrize("flag", ["--sim-speedup=-1", "--max-batch-size=0", "--sim-dp-ranks=0"])
 def test_out_of_range_flags_are_rejected(flag: str) -> None:
     proc = worker(flag)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 2 and b"Traceback" not in out
+
+
+async def _ranks(url: str) -> tuple[int, list[int | None]]:
+    async with WorkerClient(url) as client:
+        for _ in range(300):
+            if await client.ready():
+                break
+            await asyncio.sleep(0.02)
+        info = await client.info()
+        snaps = [await client.kv_snapshot(r) for r in range(int(info["dp_ranks"]))]
+        return int(info["dp_ranks"]), [s.dp_rank for s in snaps]
+
+
+def test_agentserve_worker_sim_with_attention_dp_ranks() -> None:
+    port = free_port()
+    proc = worker(
+        "--engine", "sim", "--port", str(port), "--kv-events-port", str(free_port()),
+        "--sim-speedup", "inf", "--sim-dp-ranks", "3",
+    )  # fmt: skip
+    try:
+        assert asyncio.run(_ranks(f"http://127.0.0.1:{port}")) == (3, [0, 1, 2])
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert proc.returncode in (0, -15), out.decode()

@@ -311,6 +311,8 @@ OBJECT_LEVEL = {
     "nodePool",
     "observability.serviceMonitor",
     "networkPolicy",
+    # Acts when the spec is validated (apiserver CEL, operator), not on any object.
+    "workers.llmApiOptionsCheck",
 }
 
 
@@ -819,6 +821,15 @@ def test_router_inflight_limit_defaults_to_the_engine_batch() -> None:
     assert inflight_limit(spec({"workers": {"llmApiOptions": {"max_batch_size": 128}}})) == 128
     assert inflight_limit(spec({})) == 256  # the worker's max_batch_size default
     assert inflight_limit(spec({"router": {"maxInflightPerWorker": 32}})) == 32
+    # Attention DP: each of the tensor-parallel ranks runs its own batch.
+    adp = {"tensorParallelSize": 4, "gpusPerWorker": 4, "llmApiOptions": {"enable_attention_dp": True}}
+    assert (
+        inflight_limit(
+            spec({"workers": {**adp, "llmApiOptions": {"enable_attention_dp": True, "max_batch_size": 64}}})
+        )
+        == 256
+    )
+    assert inflight_limit(spec({"workers": adp})) == 4 * 256
 
 
 def test_worker_caches_on_a_claim_survive_restarts() -> None:

@@ -122,7 +122,9 @@ def test_descriptions_camel_case_and_free_form_maps() -> None:
     assert "tensorParallelSize" in workers["properties"]
     assert "tensor_parallel_size" not in workers["properties"]
     assert workers["properties"]["tensorParallelSize"]["description"]
-    assert workers["properties"]["llmApiOptions"]["x-kubernetes-preserve-unknown-fields"] is True
+    options = workers["properties"]["llmApiOptions"]  # a map: CEL checks its keys, values stay free-form
+    assert options["additionalProperties"] == {"x-kubernetes-preserve-unknown-fields": True}
+    assert options["maxProperties"] == 128 and "x-kubernetes-preserve-unknown-fields" not in options
     assert workers["properties"]["env"]["items"]["x-kubernetes-preserve-unknown-fields"] is True
     assert workers["properties"]["affinity"]["x-kubernetes-preserve-unknown-fields"] is True
     assert workers["properties"]["tolerations"]["items"]["x-kubernetes-preserve-unknown-fields"] is True
@@ -245,6 +247,19 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("spec.workers", {**MINIMAL, "workers": {"tensorParallelSize": 8, "gpusPerWorker": 4}}, False),
     ("spec.workers", {**MINIMAL, "workers": {"tensorParallelSize": 4, "gpusPerWorker": 8}}, True),
     ("spec.workers", {**MINIMAL, "workers": {"tensorParallelSize": 8}}, True),
+    # llmApiOptions keys against TensorRT-LLM 1.2.1's LLM() fields (agentserve.operator.llm_args).
+    ("spec.workers", {**MINIMAL, "workers": {"llmApiOptions": {"enable_attention_dp": True}}}, True),
+    ("spec.workers", {**MINIMAL, "workers": {"llmApiOptions": {"enable_atention_dp": True}}}, False),
+    (
+        "spec.workers",
+        {**MINIMAL, "workers": {"llmApiOptions": {"max_batch_size": 8, "kvCacheConfig": {}}}},
+        False,
+    ),
+    (
+        "spec.workers",
+        {**MINIMAL, "workers": {"llmApiOptions": {"enable_atention_dp": True}, "llmApiOptionsCheck": "off"}},
+        True,
+    ),
     ("spec", {**MINIMAL, "frontend": {"replicas": 2}}, False),
     ("spec", {**MINIMAL, "frontend": {"replicas": 1}}, True),
     ("spec", {**MINIMAL, "frontend": {"replicas": 3}, "state": {"managed": {}}}, True),
@@ -343,6 +358,42 @@ def test_llm_api_options_cannot_shadow_spec_fields() -> None:
         {**MINIMAL, "workers": {"llmApiOptions": {"kv_cache_config": {"dtype": "fp8"}}}}
     )
     assert ok.workers.llm_api_options == {"kv_cache_config": {"dtype": "fp8"}}
+
+
+def test_llm_api_options_are_refused_by_name_before_any_pod_starts() -> None:
+    """Unknown keys fail at apply time (CEL for the top level; Python, i.e. the operator's InvalidSpec
+    condition and `agentserve manifests`, also below kv_cache_config), not after the worker pulled its
+    image and built LLM() hours later."""
+    with pytest.raises(ValidationError, match=r"llmApiOptions\.enable_atention_dp: not an LLM\(\) argument"):
+        AgentServingDeploymentSpec.model_validate(
+            {**MINIMAL, "workers": {"llmApiOptions": {"enable_atention_dp": 1}}}
+        )
+    nested = {"kv_cache_config": {"dtype": "fp8", "free_gpu_mem_fraction": 0.8}}
+    with pytest.raises(ValidationError, match=r"llmApiOptions\.kv_cache_config\.free_gpu_mem_fraction"):
+        AgentServingDeploymentSpec.model_validate({**MINIMAL, "workers": {"llmApiOptions": nested}})
+    off = {**MINIMAL, "workers": {"llmApiOptions": nested, "llmApiOptionsCheck": "off"}}
+    assert AgentServingDeploymentSpec.model_validate(off).workers.llm_api_options == nested
+
+
+def test_the_worker_and_the_examples_only_use_pinned_llm_args() -> None:
+    """Every LLM() argument the TensorRT-LLM worker sets itself, and every option in examples/, is in
+    the pinned list: the check never refuses what this project ships."""
+    from agentserve.config import WorkerConfig
+    from agentserve.operator.llm_args import KV_CACHE_CONFIG_FIELDS, LLM_ARGS_FIELDS, unknown_llm_api_options
+    from agentserve.worker.engines.trtllm_mapping import llm_kwargs
+
+    kwargs = llm_kwargs(WorkerConfig(engine="trtllm", model_path="/m", max_seq_len=4096, host_cache_size=1))
+    assert set(kwargs) <= set(LLM_ARGS_FIELDS)
+    assert set(kwargs["kv_cache_config"]) <= set(KV_CACHE_CONFIG_FIELDS)
+    examples = sorted((Path(__file__).parents[3] / "examples").glob("*.yaml"))
+    seen = 0
+    for path in examples:
+        for doc in yaml.safe_load_all(path.read_text()):
+            options = ((doc or {}).get("spec") or {}).get("workers", {}).get("llmApiOptions")
+            if options:
+                seen += 1
+                assert unknown_llm_api_options(options) == [], path.name
+    assert seen >= 3
 
 
 def test_generated_doc_sections_are_current() -> None:

@@ -366,6 +366,18 @@ def test_invalid_spec_is_a_condition_not_an_exception() -> None:
     assert result.failure is not None
 
 
+def test_unknown_llm_api_options_stop_the_rollout_with_a_condition() -> None:
+    """A typo in llmApiOptions (here below kv_cache_config, which CEL cannot see) is refused before any
+    worker pod is created: TensorRT-LLM would only fail it after the image pull and model load began."""
+    cluster = FakeCluster()
+    options = {"kv_cache_config": {"free_gpu_mem_fraction": 0.8}}
+    result = sync(cluster, cr({"model": {"name": "m"}, "workers": {"llmApiOptions": options}}), NOW)
+    assert cluster.applied == []
+    ready = conditions(result.status)["Ready"]
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
+    assert "llmApiOptions.kv_cache_config.free_gpu_mem_fraction" in ready["message"]
+
+
 def test_api_errors_are_a_condition_not_an_exception() -> None:
     cluster = FakeCluster()
     cluster.fail_apply = "Deployment"

@@ -106,3 +106,36 @@ def test_tickets_never_finished_expire_and_stop_counting() -> None:
     assert p.inflight("a") == 1 and p.load("a") == new.prompt_blocks + 64
     p.finish(old.ticket)  # a late finish of an expired ticket changes nothing
     assert p.inflight("a") == 1
+
+
+# -- the in-flight view rebuilt from what workers report (issue 12: a router replica restart) --------
+
+
+def test_a_restarted_router_takes_the_load_workers_report_it_never_routed() -> None:
+    p = placement(load_weight=1.0)
+    p.observe("w0", requests=3, blocks=30, tracked=p.tracked("w0"))  # nothing tracked after a restart
+    assert p.inflight("w0") == 3 and p.load("w0") == 30 and p.inflight("w1") == 0
+    d = p.choose(req(), ["w0", "w1"], {})  # equal cache: the load the worker reported decides
+    assert d.worker == "w1" and d.costs["w0"] == 4.0 + 30
+    # Its own tickets add to what the worker held beyond them; the next report replaces the rest.
+    p.choose(req(), ["w0"], {})
+    assert p.inflight("w0") == 4
+    p.observe("w0", requests=1, blocks=5, tracked=p.tracked("w0"))  # the old three finished
+    assert p.inflight("w0") == 1 and p.load("w0") == 5
+    p.forget_worker("w0")
+    assert p.inflight("w0") == 0
+
+
+def test_a_report_counts_nothing_twice_when_requests_finish_meanwhile() -> None:
+    p = placement()
+    d = p.choose(req(), ["w0"], {})
+    asked = p.tracked("w0")  # the question leaves while the request runs
+    p.finish(d.ticket)  # it finishes before the answer arrives
+    p.observe("w0", requests=1, blocks=5, tracked=asked)  # the answer still counts it
+    assert p.inflight("w0") == 0 and p.load("w0") == 0
+    # Another replica's requests on the same worker: what exceeds this router's tickets.
+    mine = p.choose(req(), ["w0"], {})
+    p.observe("w0", requests=3, blocks=15, tracked=p.tracked("w0"))
+    assert p.inflight("w0") == 3
+    p.finish(mine.ticket)
+    assert p.inflight("w0") == 2

@@ -19,7 +19,7 @@ import contextlib
 import itertools
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agentserve.conversation import FinishReason, Usage
 from agentserve.worker.engine import (
@@ -146,14 +146,20 @@ class SimEngine:
         config: SimConfig | None = None,
         tokenizer: Tokenizer | None = None,
         policy: OutputPolicy | None = None,
+        *,
+        dp_rank: int | None = None,
+        hub: EventHub | None = None,
     ) -> None:
         self.config = config or SimConfig()
+        # One attention-DP rank of a `DpSimEngine` (its events and snapshot carry the rank, its
+        # events go to the shared hub); None: a whole engine.
+        self.dp_rank = dp_rank
         self.tokenizer: Tokenizer = tokenizer or ByteTokenizer()
         self.policy: OutputPolicy = policy or EchoPolicy()
         self.pool = KvPool(self.config.num_blocks, self.config.block_size, self.config.host_blocks)
         self.scheduler = Scheduler(self.pool, self.config.scheduler, self.config.hash_seed)
         self._streams: dict[str, _SimStream] = {}
-        self._hub = EventHub()
+        self._hub = hub if hub is not None else EventHub()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._ready = False
@@ -173,7 +179,7 @@ class SimEngine:
         if self._task is not None:
             return
         self.pool.clear()  # subscribers learn that this engine starts empty
-        self._hub.publish(self.pool.take_events())
+        self._publish(self.pool.take_events())
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
         self._ready = True
 
@@ -212,11 +218,22 @@ class SimEngine:
             stream.finish("abort", _usage(seq))
         return seq is not None
 
+    def has_request(self, request_id: str) -> bool:
+        """The request is still queued or running here."""
+        return request_id in self._streams
+
     def kv_events(self) -> AsyncIterator[list[KvEvent]]:
         return self._hub.subscribe()
 
-    def kv_snapshot(self) -> KvSnapshot:
-        return self.pool.snapshot()
+    def kv_snapshot(self, dp_rank: int | None = None) -> KvSnapshot:
+        if dp_rank != self.dp_rank:
+            raise InvalidRequestError(f"this engine has no attention-DP rank {dp_rank}")
+        snap = self.pool.snapshot()
+        return snap if self.dp_rank is None else replace(snap, dp_rank=self.dp_rank)
+
+    def _publish(self, events: list[KvEvent]) -> None:
+        rank = self.dp_rank
+        self._hub.publish(events if rank is None else [replace(e, dp_rank=rank) for e in events])
 
     def load(self) -> Load:
         s = self.scheduler
@@ -318,7 +335,7 @@ class SimEngine:
             stream = streams.pop(seq.request_id, None)
             if stream is not None:
                 stream.finish(reason, _usage(seq))
-        self._hub.publish(outcome.events)
+        self._publish(outcome.events)
 
 
 def cut_at_stops(encode: Callable[[str], list[int]], text: str, sampling: SamplingParams) -> list[int]:

@@ -43,8 +43,9 @@ from agentserve.worker.engine import (
     Step,
 )
 from agentserve.worker.engines.trtllm_mapping import (
-    KvEventTranslator,
     MissingFieldError,
+    RankedKvTranslator,
+    attention_dp_ranks,
     cached_tokens_of,
     clamp_cached,
     llm_kwargs,
@@ -52,6 +53,7 @@ from agentserve.worker.engines.trtllm_mapping import (
     load_from_stats,
     make_step,
     sampling_kwargs,
+    scheduling_kwargs,
 )
 from agentserve.worker.engines.trtllm_retention import build_retention_config
 from agentserve.worker.events import EventHub
@@ -198,8 +200,11 @@ class TrtLlmEngine:
         self._llm: Any = None
         self._sampling_cls: Any = None
         self._retention_cls: Any = None  # KvCacheRetentionConfig, unless --kv-retention off
+        self._scheduling_cls: Any = None  # SchedulingParams, with attention DP
         self._hub = EventHub()
-        self._translator = KvEventTranslator(config.block_size, config.hash_seed)
+        # Attention DP: one KV event stream and snapshot per rank, requests pinned to a rank.
+        self.dp_ranks = attention_dp_ranks(self._kwargs)
+        self._translator = RankedKvTranslator(config.block_size, config.hash_seed, self.dp_ranks)
         self._requests: dict[str, _TrtStream] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stats: dict[str, int] = {}
@@ -259,6 +264,10 @@ class TrtLlmEngine:
 
             if self.config.kv_retention != "off":
                 self._retention_cls = KvCacheRetentionConfig
+            if self.dp_ranks > 1:
+                from tensorrt_llm.scheduling_params import SchedulingParams
+
+                self._scheduling_cls = SchedulingParams
             kwargs["kv_cache_config"] = KvCacheConfig(**kwargs["kv_cache_config"])
             model = kwargs.pop("model")
             return LLM(model, **kwargs), SamplingParams
@@ -305,6 +314,9 @@ class TrtLlmEngine:
                 extra["kv_cache_retention_config"] = build_retention_config(
                     request.retention, self._retention_cls
                 )
+            pin = scheduling_kwargs(request.dp_rank, self.dp_ranks)
+            if pin is not None:  # the router's rank, where this prompt's prefix is cached
+                extra["scheduling_params"] = self._scheduling_cls(**pin)
             result = self._llm.generate_async(prompt, sampling_params=params, streaming=True, **extra)
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(str(exc)) from exc
@@ -326,8 +338,13 @@ class TrtLlmEngine:
     def kv_events(self) -> AsyncIterator[list[KvEvent]]:
         return self._hub.subscribe()
 
-    def kv_snapshot(self) -> KvSnapshot:
-        return self._translator.snapshot()
+    def kv_snapshot(self, dp_rank: int | None = None) -> KvSnapshot:
+        try:
+            return self._translator.snapshot(dp_rank)
+        except KeyError:
+            raise InvalidRequestError(
+                f"no KV snapshot for attention-DP rank {dp_rank} (this engine has {self.dp_ranks})"
+            ) from None
 
     def load(self) -> Load:
         s = self._stats

@@ -9,6 +9,9 @@
   (`block_hashes`), so each stored block is re-hashed from its token ids, chained to its parent's
   hash in our space, and removals are mapped back through the same table.
 - `load_from_stats`: an iteration-stats dict (`get_stats_async`) → KV blocks used/total and queues.
+- Attention DP (`enable_attention_dp`): `attention_dp_ranks` from the LLM arguments,
+  `RankedKvTranslator` (one translator, one event stream and one snapshot per rank, events routed
+  by their `attention_dp_rank`), `scheduling_kwargs` (pin a request to the router's rank).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -218,9 +222,10 @@ class KvEventTranslator:
     the first appears and removed when the last goes.
     """
 
-    def __init__(self, block_size: int, seed: int = 0) -> None:
+    def __init__(self, block_size: int, seed: int = 0, dp_rank: int | None = None) -> None:
         self.block_size = block_size
         self.seed = seed
+        self.dp_rank = dp_rank  # the attention-DP rank whose events this translates (None: no DP)
         self._ours: dict[int, int] = {}  # engine block hash -> our block hash
         self._count: dict[int, int] = {}  # our block hash -> engine blocks behind it
         self._ignored: set[int] = set()
@@ -238,9 +243,17 @@ class KvEventTranslator:
     def snapshot(self) -> KvSnapshot:
         host = self._on_host
         gpu = tuple(h for h in self._count if h not in host)
-        return KvSnapshot(self._seq, self.block_size, gpu, tuple(h for h in self._count if h in host))
+        hosted = tuple(h for h in self._count if h in host)
+        return KvSnapshot(self._seq, self.block_size, gpu, hosted, self.dp_rank)
+
+    def _tag(self, events: list[KvEvent]) -> list[KvEvent]:
+        rank = self.dp_rank
+        return events if rank is None or not events else [replace(e, dp_rank=rank) for e in events]
 
     def reset(self) -> list[KvEvent]:
+        return self._tag(self._reset())
+
+    def _reset(self) -> list[KvEvent]:
         self._ours.clear()
         self._count.clear()
         self._ignored.clear()
@@ -251,6 +264,9 @@ class KvEventTranslator:
         if isinstance(event, str):  # some releases hand out JSON text
             event = json.loads(event)
             assert isinstance(event, Mapping)
+        return self._tag(self._feed(event))
+
+    def _feed(self, event: Mapping[str, Any]) -> list[KvEvent]:
         event_id = event.get("event_id")
         if isinstance(event_id, int):
             # Against the highest id seen (not the last): whether the ids count per attention
@@ -263,7 +279,7 @@ class KvEventTranslator:
                 # cache. Resync: clear (the router forgets this worker's blocks rather than route to
                 # blocks that may be gone) and rebuild from the events that follow.
                 self.engine_gaps += 1
-                return self.reset() + self._translate(event)
+                return self._reset() + self._translate(event)
         return self._translate(event)
 
     def _translate(self, event: Mapping[str, Any]) -> list[KvEvent]:
@@ -278,7 +294,7 @@ class KvEventTranslator:
             return []
         kind = data.get("type")
         if kind == "created":
-            return self.reset()
+            return self._reset()
         if kind == "stored":
             return self._stored(data)
         if kind == "removed":
@@ -374,6 +390,73 @@ class KvEventTranslator:
     def _next(self) -> int:
         self._seq += 1
         return self._seq
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention data parallelism
+
+
+def attention_dp_ranks(kwargs: Mapping[str, Any]) -> int:
+    """How many attention-DP ranks `LLM(**kwargs)` runs: with `enable_attention_dp` every
+    tensor-parallel rank runs attention for its own requests over its own KV cache (the
+    attention-DP size is the TP size), else one."""
+    if not kwargs.get("enable_attention_dp"):
+        return 1
+    return max(1, int(kwargs.get("tensor_parallel_size") or 1))
+
+
+class RankedKvTranslator:
+    """One `KvEventTranslator` per attention-DP rank: TensorRT-LLM's serialized events carry
+    `attention_dp_rank` when attention DP is on (`KVCacheEventSerializer.to_json_str`), and each
+    rank numbers its own `event_id`s from its own `created` (0), so each rank is a stream of its
+    own: our events carry `dp_rank` and are numbered per rank. With one rank it is the plain
+    translator (events and snapshot without a rank)."""
+
+    def __init__(self, block_size: int, seed: int = 0, ranks: int = 1) -> None:
+        self.ranks = ranks
+        self.translators: dict[int | None, KvEventTranslator]
+        if ranks > 1:
+            self.translators = {r: KvEventTranslator(block_size, seed, r) for r in range(ranks)}
+        else:
+            self.translators = {None: KvEventTranslator(block_size, seed)}
+
+    def reset(self) -> list[KvEvent]:
+        return [e for t in self.translators.values() for e in t.reset()]
+
+    def feed(self, event: Mapping[str, Any] | str) -> list[KvEvent]:
+        if isinstance(event, str):
+            event = json.loads(event)
+            assert isinstance(event, Mapping)
+        if self.ranks == 1:
+            return self.translators[None].feed(event)
+        # A missing rank is rank 0 (as Dynamo's publisher reads it); an unknown one is a format
+        # change that must fail loudly, never land in another rank's stream.
+        rank = event.get("attention_dp_rank", 0)
+        translator = self.translators.get(rank) if type(rank) is int else None
+        if translator is None:
+            raise ValueError(f"KV event of attention-DP rank {rank!r}; this engine has {self.ranks} ranks")
+        return translator.feed(event)
+
+    def snapshot(self, dp_rank: int | None = None) -> KvSnapshot:
+        translator = self.translators.get(dp_rank)
+        if translator is None:
+            raise KeyError(dp_rank)
+        return translator.snapshot()
+
+    @property
+    def engine_gaps(self) -> int:
+        return sum(t.engine_gaps for t in self.translators.values())
+
+
+def scheduling_kwargs(dp_rank: int | None, ranks: int) -> dict[str, Any] | None:
+    """`SchedulingParams` keyword arguments pinning a request to the router's attention-DP rank
+    (None: not pinned). `attention_dp_relax=False` keeps it there: relaxed (TensorRT-LLM's
+    default) the engine may balance it onto a rank that lacks its cached prefix."""
+    if dp_rank is None or ranks <= 1:
+        return None
+    if not 0 <= dp_rank < ranks:
+        raise ValueError(f"dp_rank {dp_rank} is not a rank of this engine (0..{ranks - 1})")
+    return {"attention_dp_rank": dp_rank, "attention_dp_relax": False}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from agentserve.api._check import check_surrogates
 from agentserve.api.errors import (
     ApiError,
     ApiKind,
@@ -47,7 +48,10 @@ def id_headers(request_id: str) -> dict[str, str]:
 
 
 def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(dumps(body), status, headers=dict(headers or {}), media_type="application/json")
+    # backslashreplace: a lone surrogate that reached a body (an echoed value) becomes its JSON
+    # escape instead of an exception; valid text costs nothing extra.
+    content = dumps(body).encode("utf-8", "backslashreplace")
+    return Response(content, status, headers=dict(headers or {}), media_type="application/json")
 
 
 def error_response(error: ApiError, kind: ApiKind, request_id: str, *, close: bool = False) -> Response:
@@ -89,11 +93,13 @@ def parse_json(body: bytes) -> Any:
     if not body.strip():
         raise InvalidRequestError("the request body is empty; expected a JSON object")
     try:
-        return json.loads(body)
+        value = json.loads(body)
     except RecursionError:
         raise InvalidRequestError("the request body is nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
+    check_surrogates(value, body)  # json.loads lets lone surrogates through; nothing after us can
+    return value
 
 
 # -- API keys ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 
 from agentserve.api._check import (
     at,
+    check_depth,
     expect_dict,
     expect_list,
     missing,
@@ -143,6 +144,7 @@ class _Decoder:
         value = block.get("input")
         if type(value) is not dict:
             raise wrong_type(at(path, "input"), "an object", value)
+        check_depth(value, at(path, "input"))
         arguments = None
         if self.memory is not None:
             arguments = self.memory.restore_arguments(call_id, name, value, self.scope)
@@ -308,7 +310,7 @@ class _Decoder:
             schema = tool.get("input_schema")
             if schema is None:
                 raise missing(at(tpath, "input_schema"))
-            schema = expect_dict(schema, at(tpath, "input_schema"))
+            schema = check_depth(expect_dict(schema, at(tpath, "input_schema")), at(tpath, "input_schema"))
             specs.append(ToolSpec(name, opt_str(tool, "description", tpath) or "", schema))
         return tuple(specs)
 
@@ -371,7 +373,7 @@ def _output_config(value: Any, path: str) -> tuple[str | None, ResponseFormat | 
         schema = opt_dict(raw_format, "schema", fpath)
         if schema is None:
             raise missing(at(fpath, "schema"))
-        fmt = ResponseFormat("json_schema", schema)
+        fmt = ResponseFormat("json_schema", check_depth(schema, at(fpath, "schema")))
     return effort, fmt
 
 
@@ -398,7 +400,7 @@ def _decode(
         user_id = opt_str(metadata, "user_id", "metadata")
         if user_id is not None and len(user_id) > 4096:
             raise InvalidRequestError("must be at most 4096 characters", param="metadata.user_id")
-    context_management = opt_dict(b, "context_management", "")
+    context_management = check_depth(opt_dict(b, "context_management", ""), "context_management")
     opt_dict(b, "cache_control", "")  # accepted, ignored: our prefix cache needs no breakpoints
     nvext = parse_nvext(b.get("nvext"))
 

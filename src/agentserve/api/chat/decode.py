@@ -7,6 +7,7 @@ from typing import Any
 
 from agentserve.api._check import (
     at,
+    check_depth,
     expect_dict,
     expect_list,
     missing,
@@ -220,7 +221,7 @@ class _Decoder:
             if name in seen:
                 raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(path, "name"))
             seen.add(name)
-            parameters = opt_dict(function, "parameters", path)
+            parameters = check_depth(opt_dict(function, "parameters", path), at(path, "parameters"))
             specs.append(ToolSpec(name, opt_str(function, "description", path) or "", parameters or {}))
 
         tools = b.get("tools")
@@ -271,7 +272,9 @@ def _response_format(b: dict[str, Any]) -> ResponseFormat | None:
         spec = expect_dict(value.get("json_schema"), "response_format.json_schema")
         return ResponseFormat(
             "json_schema",
-            opt_dict(spec, "schema", "response_format.json_schema"),
+            check_depth(
+                opt_dict(spec, "schema", "response_format.json_schema"), "response_format.json_schema.schema"
+            ),
             opt_str(spec, "name", "response_format.json_schema"),
             opt_bool(spec, "strict", "response_format.json_schema"),
         )
@@ -311,7 +314,7 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
     effort = opt_str(b, "reasoning_effort", "")
     if effort is not None:
         one_of(effort, _EFFORTS, "reasoning_effort")
-    kwargs = opt_dict(b, "chat_template_kwargs", "") or {}
+    kwargs = check_depth(opt_dict(b, "chat_template_kwargs", ""), "chat_template_kwargs") or {}
     mode: ThinkingMode = "default"
     thinking = kwargs.get("enable_thinking", kwargs.get("thinking"))
     if type(thinking) is bool:

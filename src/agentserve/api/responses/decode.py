@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 from agentserve.api._check import (
+    MAX_DEPTH,
     at,
+    check_depth,
     expect_dict,
     expect_list,
     missing,
@@ -190,7 +192,8 @@ class _Decoder:
             elif kind in ("function_call_output", "custom_tool_call_output"):
                 self.output(item, path)
             elif kind == "additional_tools":
-                self.add_tools(item.get("tools"), at(path, "tools"))
+                tools = check_depth(item.get("tools"), at(path, "tools"), max_depth=MAX_DEPTH + 2)
+                self.add_tools(tools, at(path, "tools"))
             elif kind in _HOSTED_ITEMS:
                 self.ignored.append(path)
             elif kind == "item_reference":
@@ -258,7 +261,7 @@ def _text(value: Any) -> tuple[str | None, ResponseFormat | None]:
         if kind == "json_schema":
             fmt = ResponseFormat(
                 "json_schema",
-                opt_dict(raw, "schema", "text.format"),
+                check_depth(opt_dict(raw, "schema", "text.format"), "text.format.schema"),
                 opt_str(raw, "name", "text.format"),
                 opt_bool(raw, "strict", "text.format"),
             )
@@ -299,7 +302,7 @@ def decode_responses(
         if type(value) is not str and type(value) is not list:
             raise wrong_type("input", "a string or an array of input items", value)
         d.items(value)
-    d.add_tools(b.get("tools"), "tools")
+    d.add_tools(check_depth(b.get("tools"), "tools", max_depth=MAX_DEPTH + 2), "tools")
 
     reasoning = opt_dict(b, "reasoning", "") or {}
     effort = opt_str(reasoning, "effort", "reasoning")
@@ -320,7 +323,7 @@ def decode_responses(
     truncation = opt_str(b, "truncation", "")
     if truncation is not None:
         one_of(truncation, ("auto", "disabled"), "truncation")
-    metadata = opt_dict(b, "metadata", "")
+    metadata = check_depth(opt_dict(b, "metadata", ""), "metadata")
     nvext = parse_nvext(b.get("nvext"))
     if b.get("background"):
         raise InvalidRequestError("background responses are not supported", param="background")

@@ -1,0 +1,195 @@
+"""The API contract at the edge: bad input is the API's own 400 naming the field, never a 500.
+
+The in-process `agentserve up` app (zero-time sim) through Starlette's test client.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from agentserve.api._check import MAX_DEPTH, check_depth, check_surrogates
+from agentserve.api.errors import InvalidRequestError
+from agentserve.config import UpConfig
+from agentserve.frontend.http import ApiKeys
+from agentserve.frontend.up import build_up
+
+ANTHROPIC = {"anthropic-version": "2023-06-01"}
+
+MESSAGES: dict[str, Any] = {
+    "model": "qwen3-sim",
+    "max_tokens": 16,
+    "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}],
+    "messages": [{"role": "user", "content": "hi"}],
+}
+CHAT: dict[str, Any] = {
+    "model": "qwen3-sim",
+    "max_tokens": 16,
+    "tools": [{"type": "function", "function": {"name": "Bash", "description": "run", "parameters": {}}}],
+    "messages": [{"role": "user", "content": "hi"}],
+}
+RESPONSES: dict[str, Any] = {
+    "model": "qwen3-sim",
+    "max_output_tokens": 16,
+    "store": False,
+    "tools": [{"type": "function", "name": "shell", "description": "run", "parameters": {}}],
+    "input": [{"type": "message", "role": "user", "content": "hi"}],
+}
+BODIES = {"/v1/messages": MESSAGES, "/v1/chat/completions": CHAT, "/v1/responses": RESPONSES}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    config = UpConfig.model_validate({"port": 0, "sim_speedup": 0, "context_length": 4096})
+    app, _ = build_up(config, keys=ApiKeys())
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def post(client: TestClient, path: str, body: Any, *, raw: bytes | None = None) -> Any:
+    content = raw if raw is not None else json.dumps(body).encode()
+    return client.post(path, content=content, headers={**ANTHROPIC, "content-type": "application/json"})
+
+
+def error_of(path: str, r: Any) -> tuple[str, str | None]:
+    """(message, param) of an error body, checking it has the API's shape."""
+    body = r.json()
+    if path.startswith("/v1/messages"):
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
+        message: str = body["error"]["message"]
+        param, sep, _ = message.partition(": ")
+        return message, param if sep else None
+    assert body["error"]["type"] == "invalid_request_error", body
+    return body["error"]["message"], body["error"]["param"]
+
+
+def with_value(body: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    node: Any = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out
+
+
+# -- 1. lone surrogates and wrong types: the API's 400 and the field's path ------------------------
+
+SURROGATE_CASES = [
+    ("/v1/messages", ("messages", 0, "content"), "messages[0].content"),
+    ("/v1/messages", ("tools", 0, "description"), "tools[0].description"),
+    ("/v1/messages", ("tools", 0, "name"), "tools[0].name"),
+    ("/v1/messages", ("system",), "system"),
+    ("/v1/chat/completions", ("messages", 0, "content"), "messages[0].content"),
+    ("/v1/chat/completions", ("tools", 0, "function", "description"), "tools[0].function.description"),
+    ("/v1/responses", ("input", 0, "content"), "input[0].content"),
+    ("/v1/responses", ("tools", 0, "name"), "tools[0].name"),
+    ("/v1/responses", ("instructions",), "instructions"),
+]
+
+
+@pytest.mark.parametrize(("path", "where", "param"), SURROGATE_CASES)
+@pytest.mark.parametrize("text", ["\udcff", "ok \ud800 ok", "\ud83d"])
+def test_a_lone_surrogate_is_the_apis_400_naming_the_field(
+    client: TestClient, path: str, where: tuple[Any, ...], param: str, text: str
+) -> None:
+    for stream in (False, True):
+        body = with_value({**BODIES[path], "stream": stream}, where, text)
+        r = post(client, path, body)  # json.dumps escapes it as \udcff, as clients send it
+        assert r.status_code == 400, r.text
+        message, got = error_of(path, r)
+        assert got == param and "surrogate" in message
+
+
+def test_a_lone_surrogate_in_a_key_or_as_raw_bytes_is_refused(client: TestClient) -> None:
+    body = {**MESSAGES, "metadata": {"\udcff": "x"}}
+    r = post(client, "/v1/messages", body)
+    assert r.status_code == 400 and error_of("/v1/messages", r)[1] == r"metadata.\udcff"
+    raw = json.dumps(with_value(CHAT, ("messages", 0, "content"), "SURR"), ensure_ascii=False).encode()
+    raw = raw.replace(b"SURR", "\udcff".encode("utf-8", "surrogatepass"))
+    r = post(client, "/v1/chat/completions", None, raw=raw)
+    assert r.status_code == 400 and error_of("/v1/chat/completions", r)[1] == "messages[0].content"
+
+
+def test_a_surrogate_pair_is_text_not_an_error(client: TestClient) -> None:
+    r = post(client, "/v1/messages", with_value(MESSAGES, ("messages", 0, "content"), "smile \ud83d\ude00"))
+    assert r.status_code == 200, r.text
+
+
+WRONG_TYPES = [
+    ("/v1/messages", ("tools", 0, "description"), 7, "tools[0].description"),
+    ("/v1/messages", ("tools", 0, "input_schema"), "x", "tools[0].input_schema"),
+    ("/v1/messages", ("tools", 0, "name"), ["Bash"], "tools[0].name"),
+    ("/v1/messages", ("tool_choice",), {"type": "tool", "name": 3}, "tool_choice.name"),
+    (
+        "/v1/chat/completions",
+        ("tools", 0, "function", "description"),
+        {"a": 1},
+        "tools[0].function.description",
+    ),
+    ("/v1/chat/completions", ("tools", 0, "function", "parameters"), [1], "tools[0].function.parameters"),
+    ("/v1/chat/completions", ("tools", 0, "function", "name"), 1, "tools[0].function.name"),
+    ("/v1/responses", ("tools", 0, "description"), True, "tools[0].description"),
+    ("/v1/responses", ("tools", 0, "parameters"), "x", "tools[0].parameters"),
+    ("/v1/responses", ("tools", 0, "name"), None, "tools[0].name"),
+]
+
+
+@pytest.mark.parametrize(("path", "where", "value", "param"), WRONG_TYPES)
+def test_a_wrong_typed_tool_field_is_the_apis_400_naming_it(
+    client: TestClient, path: str, where: tuple[Any, ...], value: Any, param: str
+) -> None:
+    r = post(client, path, with_value(BODIES[path], where, value))
+    assert r.status_code == 400, r.text
+    assert error_of(path, r)[1] == param
+
+
+def test_a_call_name_of_the_wrong_type_is_a_400(client: TestClient) -> None:
+    body = copy.deepcopy(CHAT)
+    body["messages"] += [
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": 5}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+    ]
+    r = post(client, "/v1/chat/completions", body)
+    assert (
+        r.status_code == 400
+        and error_of("/v1/chat/completions", r)[1] == "messages[1].tool_calls[0].function.name"
+    )
+
+
+def nested(depth: int) -> Any:
+    value: Any = {"type": "string"}
+    for _ in range(depth - 1):
+        value = {"type": "object", "properties": {"a": value}}
+    return value
+
+
+def test_free_form_json_deeper_than_the_limit_is_a_400_with_its_path(client: TestClient) -> None:
+    deep = nested(MAX_DEPTH)  # 2 levels per step: well past the limit
+    r = post(client, "/v1/messages", with_value(MESSAGES, ("tools", 0, "input_schema"), deep))
+    assert r.status_code == 400, r.text
+    message, param = error_of("/v1/messages", r)
+    assert (
+        "levels deep" in message
+        and param is not None
+        and param.startswith("tools[0].input_schema.properties")
+    )
+    ok = nested(MAX_DEPTH // 2 - 1)
+    r = post(client, "/v1/messages", with_value(MESSAGES, ("tools", 0, "input_schema"), ok))
+    assert r.status_code == 200, r.text
+
+
+def test_the_checks_alone() -> None:
+    check_surrogates({"a": ["fine \U0001f600"]}, b'{"a": ["fine \\ud83d\\ude00"]}')
+    with pytest.raises(InvalidRequestError) as info:
+        check_surrogates({"a": [1, "x\udc00"]}, b'{"a": [1, "x\\udc00"]}')
+    assert info.value.param == "a[1]"
+    check_surrogates({"a": "\udc00"}, b"{}")  # no hint in the raw bytes: not scanned (json.loads made it)
+    assert check_depth({"a": [[1]]}, "x", max_depth=3) == {"a": [[1]]}
+    with pytest.raises(InvalidRequestError) as info:
+        check_depth({"a": [[[1]]]}, "x", max_depth=3)
+    assert info.value.param == "x.a[0][0]"

@@ -53,8 +53,8 @@ from agentserve.frontend.http import (
     parse_json,
     read_body,
 )
-from agentserve.frontend.service import Frontend
-from agentserve.frontend.surfaces import SURFACES, AnthropicSurface
+from agentserve.frontend.service import Frontend, error_frames
+from agentserve.frontend.surfaces import SURFACES, AnthropicSurface, last_resort_frames
 from agentserve.prompt.pipeline import PromptPipeline
 from agentserve.telemetry import RequestTelemetry, Telemetry, accepted_body
 
@@ -113,7 +113,7 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
                 # Codex reads context overflow from `response.failed` (then compacts), not a status.
                 assert decoded is not None
                 writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
-                return _one_shot_stream(writer.error(error), request_id)
+                return _one_shot_stream(error_frames(api, writer, error, request_id), request_id)
             return error_response(
                 error, surface.error_kind, request_id, close=isinstance(error, RequestTooLargeError)
             )
@@ -132,6 +132,9 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
                 ping=writer.ping,
                 ping_interval=config.ping_interval_s,
                 on_disconnect=gen.aclose,
+                on_error=lambda: last_resort_frames(
+                    api, InternalError(f"internal error (request {request_id})")
+                ),
             )
 
         async def produce() -> Response:

@@ -193,3 +193,104 @@ def test_the_checks_alone() -> None:
     with pytest.raises(InvalidRequestError) as info:
         check_depth({"a": [[[1]]]}, "x", max_depth=3)
     assert info.value.param == "x.a[0][0]"
+
+
+# -- 2. streams always end with the API's error event and terminal frame ----------------------------
+
+TERMINAL = {
+    "/v1/messages": b"event: error\ndata: ",
+    "/v1/chat/completions": b"data: [DONE]\n\n",
+    "/v1/responses": b"event: response.failed\n",
+}
+LAST_RESORT_TERMINAL = {**TERMINAL, "/v1/responses": b"event: error\ndata: "}
+
+
+def stream(client: TestClient, path: str) -> bytes:
+    r = post(client, path, {**BODIES[path], "stream": True})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    return r.content
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+def test_a_failure_mid_stream_ends_with_the_error_event_and_terminal_frame(
+    client: TestClient, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentserve.frontend.generate import Generation
+
+    def failing(self: Generation, step: object) -> Any:
+        raise RuntimeError("a parser bug")
+
+    monkeypatch.setattr(Generation, "feed", failing)
+    body = stream(client, path)
+    frames = [f + b"\n\n" for f in body.split(b"\n\n") if f]
+    assert frames[-1].startswith(TERMINAL[path]), frames[-3:]
+    assert b"internal error" in frames[-2 if path == "/v1/chat/completions" else -1]
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+def test_a_failure_of_the_error_event_itself_still_ends_the_stream(
+    client: TestClient, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentserve.frontend import surfaces
+    from agentserve.frontend.relay import Relay
+
+    async def failing(self: Relay) -> None:
+        raise RuntimeError("an encoder bug")
+
+    def error(self: object, error: object) -> bytes:
+        raise RuntimeError("the error encoder failed too")
+
+    monkeypatch.setattr(Relay, "run", failing)
+    for writer in (surfaces._AnthropicWriter, surfaces._ChatWriter, surfaces._ResponsesWriter):
+        monkeypatch.setattr(writer, "error", error)
+    body = stream(client, path)
+    assert LAST_RESORT_TERMINAL[path] in body and b"internal error" in body
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+def test_a_stream_whose_producer_fails_ends_with_the_apis_error(
+    client: TestClient, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentserve.frontend.service import Frontend
+
+    async def failing(self: Frontend, *args: object) -> bytes:
+        raise RuntimeError("the request path failed outside the relay")
+
+    monkeypatch.setattr(Frontend, "stream", failing)
+    body = stream(client, path)
+    assert LAST_RESORT_TERMINAL[path] in body and b"internal error" in body
+
+
+def test_a_broken_connection_at_the_last_frame_is_closed_without_an_exception() -> None:
+    import asyncio
+
+    from agentserve.frontend.http import EventStreamResponse
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and not message["more_body"]:
+            raise OSError("connection reset by peer")
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    async def produce(write: Any) -> bytes:
+        await write(b"data: 1\n\n")
+        raise RuntimeError("failed")
+
+    async def nothing() -> None:
+        return None
+
+    response = EventStreamResponse(
+        produce,
+        headers={},
+        ping=lambda: b"",
+        ping_interval=0,
+        on_disconnect=nothing,
+        on_error=lambda: b"data: end\n\n",
+    )
+    asyncio.run(response({"type": "http"}, receive, send))  # type: ignore[arg-type]
+    assert [m.get("body") for m in sent[1:]] == [b"data: 1\n\n"]

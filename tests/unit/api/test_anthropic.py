@@ -356,6 +356,7 @@ def test_options_mapping() -> None:
         "top_p": 0.9,
         "top_k": 40,
         "stop_sequences": ["END", "\n\nHuman:"],
+        "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],  # tool_choice must name one
         "tool_choice": {"type": "tool", "name": "Bash", "disable_parallel_tool_use": True},
         "thinking": {"type": "enabled", "budget_tokens": 2048},
         "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},

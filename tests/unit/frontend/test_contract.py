@@ -294,3 +294,75 @@ def test_a_broken_connection_at_the_last_frame_is_closed_without_an_exception() 
     )
     asyncio.run(response({"type": "http"}, receive, send))  # type: ignore[arg-type]
     assert [m.get("body") for m in sent[1:]] == [b"data: 1\n\n"]
+
+
+# -- 3. what the real APIs reject ------------------------------------------------------------------
+
+REJECTED = [
+    # Chat: a forced call of a function not offered (OpenAI: 400)
+    (
+        "/v1/chat/completions",
+        {"tool_choice": {"type": "function", "function": {"name": "Nope"}}},
+        "tool_choice",
+    ),
+    (
+        "/v1/chat/completions",
+        {"tools": None, "tool_choice": {"type": "function", "function": {"name": "Bash"}}},
+        "tool_choice",
+    ),
+    ("/v1/chat/completions", {"function_call": {"name": "Nope"}}, "function_call"),
+    ("/v1/chat/completions", {"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    # Anthropic: an OpenAI-shaped tool, a tool_choice naming no offered tool
+    (
+        "/v1/messages",
+        {"tools": [{"type": "function", "function": {"name": "Bash", "parameters": {}}}]},
+        "tools[0].type",
+    ),
+    ("/v1/messages", {"tools": [{"function": {"name": "Bash", "parameters": {}}}]}, "tools[0]"),
+    ("/v1/messages", {"tool_choice": {"type": "tool", "name": "Nope"}}, "tool_choice.name"),
+    # Anthropic max_tokens 0 (a cache pre-warm) with what the real API refuses it with
+    ("/v1/messages", {"max_tokens": 0, "stream": True}, "max_tokens"),
+    ("/v1/messages", {"max_tokens": 0, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "max_tokens"),
+    ("/v1/messages", {"max_tokens": 0, "thinking": {"type": "adaptive"}}, "max_tokens"),
+    (
+        "/v1/messages",
+        {"max_tokens": 0, "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
+        "max_tokens",
+    ),
+    ("/v1/messages", {"max_tokens": -1}, "max_tokens"),
+    # Responses: a forced call of a tool not offered
+    ("/v1/responses", {"tool_choice": {"type": "function", "name": "Nope"}}, "tool_choice"),
+]
+
+
+@pytest.mark.parametrize(("path", "change", "param"), REJECTED)
+def test_what_the_real_apis_reject_is_a_400(
+    client: TestClient, path: str, change: dict[str, Any], param: str
+) -> None:
+    body = {k: v for k, v in {**BODIES[path], **change}.items() if v is not None}
+    r = post(client, path, body)
+    assert r.status_code == 400, r.text
+    assert error_of(path, r)[1] == param
+
+
+ACCEPTED = [
+    ("/v1/messages", {"max_tokens": 0}),  # a cache pre-warm: non-streaming, no thinking
+    ("/v1/messages", {"tool_choice": {"type": "tool", "name": "Bash"}}),
+    ("/v1/messages", {"tools": [*MESSAGES["tools"], {"type": "web_search_20250305", "name": "web_search"}]}),
+    (
+        "/v1/messages",
+        {
+            "tools": [*MESSAGES["tools"], {"type": "web_search_20250305", "name": "web_search"}],
+            "tool_choice": {"type": "tool", "name": "web_search"},
+        },
+    ),
+    ("/v1/chat/completions", {"tool_choice": {"type": "function", "function": {"name": "Bash"}}}),
+    ("/v1/chat/completions", {"stop": ["a", "b", "c", "d"]}),
+    ("/v1/responses", {"tool_choice": {"type": "function", "name": "shell"}}),
+]
+
+
+@pytest.mark.parametrize(("path", "change"), ACCEPTED)
+def test_what_the_real_apis_accept_still_works(client: TestClient, path: str, change: dict[str, Any]) -> None:
+    r = post(client, path, {**BODIES[path], **change})
+    assert r.status_code == 200, r.text

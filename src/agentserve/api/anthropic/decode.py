@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from agentserve.api._check import (
@@ -65,6 +66,15 @@ _SERVER_BLOCKS = frozenset(
 )  # fmt: skip
 _EFFORTS = ("low", "medium", "high", "max", "xhigh")
 MAX_TOOL_NAME = 256
+# Anthropic's server tools are versioned tags (`web_search_20250305`, `bash_20250124`, …).
+_SERVER_TOOL = re.compile(r"^[a-z][a-z0-9_]*_\d{8}$|^mcp_toolset$")
+
+
+def _not_a_tool(kind: str) -> str:
+    return (
+        f"tool type {kind!r} is not an Anthropic tool: send {{name, description, input_schema}} "
+        "(type 'custom' or none), or a versioned server tool"
+    )
 
 
 def _dumps_input(value: Any) -> str:
@@ -81,6 +91,7 @@ class _Decoder:
         self.signer = signer
         self.call_names: dict[str, str] = {}
         self.ignored: list[str] = []
+        self.server_tools: set[str] = set()  # names of server tools (ignored, but tool_choice may name one)
         self.restored = 0
 
     # -- content --------------------------------------------------------------------------------
@@ -297,8 +308,15 @@ class _Decoder:
             if kind is not None and kind != "custom":
                 if type(kind) is not str:
                     raise wrong_type(at(tpath, "type"), "a string", kind)
+                if not _SERVER_TOOL.match(kind):
+                    # Anthropic answers a tag it does not know (an OpenAI `function` tool) with a 400.
+                    raise InvalidRequestError(_not_a_tool(kind), param=at(tpath, "type"))
                 self.ignored.append(tpath)  # a server tool (web_search_…): we cannot run it
+                if type(tool.get("name")) is str:
+                    self.server_tools.add(tool["name"])
                 continue
+            if "function" in tool and "input_schema" not in tool:
+                raise InvalidRequestError(_not_a_tool("function"), param=tpath)
             name = req_str(tool, "name", tpath, nonempty=True)
             if len(name) > MAX_TOOL_NAME:
                 raise InvalidRequestError(
@@ -390,8 +408,28 @@ def _decode(
     messages = d.messages(b.get("messages"), "messages")
     tools = d.tools(b.get("tools"), "tools")
     tool_choice, parallel = _tool_choice(b.get("tool_choice"), "tool_choice")
+    offered = d.server_tools.union(t.name for t in tools)
+    if tool_choice.mode == "named" and tool_choice.name not in offered:
+        raise InvalidRequestError(
+            f"tool_choice names tool {tool_choice.name!r}, which is not in tools",
+            param="tool_choice.name",
+        )
     mode, budget, display = _thinking(b.get("thinking"), "thinking", max_tokens)
     effort, fmt = _output_config(b.get("output_config"), "output_config")
+    if max_tokens == 0:
+        # A cache pre-warm: the real API refuses it with streaming, thinking or structured output.
+        for key, clash in (
+            ("stream", b.get("stream") is True),
+            ("thinking", mode in ("enabled", "adaptive")),
+        ):
+            if clash:
+                raise InvalidRequestError(
+                    f"max_tokens 0 (a cache pre-warm) cannot be used with {key}", param="max_tokens"
+                )
+        if fmt is not None:
+            raise InvalidRequestError(
+                "max_tokens 0 (a cache pre-warm) cannot be used with output_config.format", param="max_tokens"
+            )
     stop = str_list(b["stop_sequences"], "stop_sequences") if b.get("stop_sequences") is not None else ()
 
     user_id = None

@@ -45,6 +45,7 @@ from agentserve.conversation import (
     ToolSpec,
 )
 
+MAX_STOP = 4  # OpenAI's limit; more is its 400
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _KNOWN_FIELDS = frozenset(
     {
@@ -288,6 +289,8 @@ def _stop(b: dict[str, Any]) -> tuple[str, ...]:
     if type(value) is str:
         return (value,)
     items = expect_list(value, "stop")
+    if len(items) > MAX_STOP:
+        raise InvalidRequestError(f"at most {MAX_STOP} stop sequences are allowed", param="stop")
     for i, item in enumerate(items):
         if type(item) is not str:
             raise wrong_type(at("stop", i), "a string", item)
@@ -304,6 +307,18 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
         raise InvalidRequestError("only n=1 is supported: send one request per choice", param="n")
     system, messages = d.messages(b.get("messages"))
     tools = d.tools(b)
+    tool_choice = _tool_choice(b)
+    if tool_choice.mode == "named" and all(t.name != tool_choice.name for t in tools):
+        # OpenAI answers 400: a forced call of a function the model was not given.
+        param = "tool_choice" if b.get("tool_choice") is not None else "function_call"
+        if not tools:
+            raise InvalidRequestError(
+                f"Invalid value for '{param}': '{param}' is only allowed when 'tools' are specified.",
+                param=param,
+            )
+        raise InvalidRequestError(
+            f"Invalid value for '{param}': function {tool_choice.name!r} is not in tools", param=param
+        )
     max_tokens = opt_int(b, "max_completion_tokens", "", minimum=0)
     if max_tokens is None:
         max_tokens = opt_int(b, "max_tokens", "", minimum=0)
@@ -336,7 +351,7 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
         presence_penalty=opt_number(b, "presence_penalty", "", minimum=-2.0, maximum=2.0),
         frequency_penalty=opt_number(b, "frequency_penalty", "", minimum=-2.0, maximum=2.0),
         stream=bool(opt_bool(b, "stream", "")),
-        tool_choice=_tool_choice(b),
+        tool_choice=tool_choice,
         parallel_tool_calls=opt_bool(b, "parallel_tool_calls", "") is not False,
         reasoning=ReasoningOptions(mode=mode, effort=effort),
         response_format=_response_format(b),

@@ -335,6 +335,10 @@ def decode_responses(
             d.ignored.append(key)
 
     tool_choice = _tool_choice(b.get("tool_choice"))
+    if tool_choice.mode == "named" and tool_choice.name not in d.tool_kinds:
+        raise InvalidRequestError(
+            f"Tool choice {tool_choice.name!r} not found in 'tools' parameter.", param="tool_choice"
+        )
     options = GenerationOptions(
         model=model,
         max_tokens=opt_int(b, "max_output_tokens", "", minimum=1),

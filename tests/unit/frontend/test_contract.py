@@ -366,3 +366,46 @@ ACCEPTED = [
 def test_what_the_real_apis_accept_still_works(client: TestClient, path: str, change: dict[str, Any]) -> None:
     r = post(client, path, {**BODIES[path], **change})
     assert r.status_code == 200, r.text
+
+
+# -- 4. catalogs advertise the model's own context window ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config_json", "context_length", "window"),
+    [
+        ({"max_position_embeddings": 40960}, None, 40960),  # Qwen3: its config, not 131072
+        ({"max_position_embeddings": 40960}, 131072, 40960),  # the spec cannot raise it
+        ({"max_position_embeddings": 40960}, 32768, 32768),  # but can lower it
+        (
+            {"max_position_embeddings": 32768, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+            None,
+            131072,
+        ),
+        (
+            {"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+            None,
+            131072,
+        ),
+        ({"text_config": {"max_position_embeddings": 262144}, "vision_config": {}}, None, 262144),
+        ({"n_positions": 2048}, None, 2048),
+        ({}, 8192, 8192),
+        ({}, None, 131072),
+    ],
+)
+def test_every_catalog_advertises_the_models_own_window(
+    tmp_path: Any, config_json: dict[str, Any], context_length: int | None, window: int
+) -> None:
+    from agentserve.api.catalog import anthropic_models, codex_catalog, openai_models
+    from agentserve.config import FrontendConfig
+    from agentserve.families import get_family
+    from agentserve.frontend.models import served_models
+
+    (tmp_path / "config.json").write_text(json.dumps(config_json))
+    config = FrontendConfig.model_validate({"model_path": str(tmp_path), "context_length": context_length})
+    models = served_models(config, get_family("qwen3"))
+    assert models[0].context_window == window
+    assert anthropic_models(models)["data"][0]["max_input_tokens"] == window
+    assert openai_models(models)["data"][0]["context_window"] == window
+    codex = codex_catalog(models)["models"][0]
+    assert codex["context_window"] == window and codex["auto_compact_token_limit"] < window

@@ -5,8 +5,8 @@ tools, tool calls, results and reasoning) with one to three mutations at random 
 replaced by another type, a huge string, a lone surrogate (sent as the JSON escape `\\udcff`), deep
 nesting, an extreme number, a removed key, another API's tag, or the raw bytes truncated / flipped.
 Streaming and non-streaming alike. Counted: 5xx answers, error bodies not in the API's shape, and
-event streams without their terminal event (Anthropic `message_stop` or `error`, Chat `[DONE]` or an
-error, Responses `response.completed` / `.incomplete` / `.failed` or `error`).
+event streams without their terminal event (Anthropic `message_stop` or `error`, Chat `[DONE]`,
+Responses `response.completed` / `.incomplete` / `.failed` or `error`).
 
     .venv/bin/python bench/fuzz_api.py --requests 5000 --seed 17
 
@@ -275,16 +275,25 @@ def mutated_request(rng: random.Random, endpoint: str | None = None) -> FuzzRequ
     return FuzzRequest(endpoint, stream, content)
 
 
-TERMINAL = {
-    "anthropic": (b"event: message_stop", b"event: error"),
-    "chat": (b"data: [DONE]", b'"error"'),
-    "responses": (
-        b"event: response.completed",
-        b"event: response.incomplete",
-        b"event: response.failed",
-        b"event: error",
-    ),
+# The last frame of a complete stream, per API (a frame's data may be large: Responses' terminal
+# events repeat the request's tools, so the event line is what is looked at).
+TERMINAL_EVENTS = {
+    "anthropic": (b"message_stop", b"error"),
+    "responses": (b"response.completed", b"response.incomplete", b"response.failed", b"error"),
 }
+
+
+def stream_complete(api: str, body: bytes) -> bool:
+    """The stream ends with its API's terminal frame (after an error: the error event, then it)."""
+    if api == "chat":
+        return body.endswith(b"data: [DONE]\n\n")
+    if not body.endswith(b"\n\n"):
+        return False
+    start = body.rfind(b"event: ")
+    if start < 0 or (start > 0 and body[start - 1 : start] != b"\n"):
+        return False
+    name = body[start + 7 : body.index(b"\n", start)]
+    return name in TERMINAL_EVENTS[api]
 
 
 def problem(endpoint: str, status: int, content_type: str, body: bytes) -> str | None:
@@ -302,10 +311,8 @@ def problem(endpoint: str, status: int, content_type: str, body: bytes) -> str |
         else:
             ok = isinstance(data.get("error"), dict) and isinstance(data["error"].get("message"), str)
         return None if ok else "error body not in the API's shape"
-    if content_type.startswith("text/event-stream"):
-        tail = body.rstrip()[-4000:]
-        if not any(marker in tail for marker in TERMINAL[api]):
-            return "stream without a terminal event"
+    if content_type.startswith("text/event-stream") and not stream_complete(api, body):
+        return "stream without a terminal event"
     return None
 
 

@@ -4,25 +4,29 @@ Routes are thin: each reads the body (size-limited), checks the API key, decodes
 codec and hands over to `service.Frontend`. Every error a client can cause is answered in the
 API's own shape and status (`http.error_response`); anything unexpected is logged with its
 traceback here and answered as the API's 500 (`api_error` / `server_error`) with the request id.
-Request bodies are documented in `/openapi.json` as free-form JSON objects: the codecs validate
-them (and answer 400 in the API's shape), never FastAPI's 422.
+`/openapi.json` documents every body from `api.schema`'s models (the codecs, not the models,
+validate requests: 400 in the API's shape, never FastAPI's 422).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from agentserve import __version__
+from agentserve.api import schema as S
 from agentserve.api.catalog import anthropic_model, anthropic_models, codex_catalog, find_model, openai_model
 from agentserve.api.catalog import openai_models as openai_model_list
 from agentserve.api.errors import (
@@ -60,28 +64,89 @@ from agentserve.telemetry import RequestTelemetry, Telemetry, accepted_body
 
 log = logging.getLogger("agentserve.frontend")
 
-_JSON_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"type": "object", "additionalProperties": True}}},
-    }
+# -- the published contract (/openapi.json) ---------------------------------------------------------
+# Bodies are documented from `api.schema`'s models; the routes read raw bytes and the codecs decode
+# them (faster than model validation, and the decoders' 400s name each API's fields its own way).
+
+_STATUS_TEXT = {
+    400: "invalid request: a wrong type, a missing field, a value out of range (the field is named)",
+    401: "missing or invalid API key (when keys are configured)",
+    404: "unknown model (with accept_any_model off), or no such response / endpoint",
+    405: "method not allowed on this path",
+    413: "request body larger than max_body_bytes",
+    500: "our bug: logged with its traceback, answered with the request id",
+    503: "overloaded: no worker can take the request now (retry-after: 1)",
+    529: "overloaded (Anthropic's status for it; retry-after: 1)",
 }
 
 
-def _responses(stream: bool) -> dict[int | str, dict[str, Any]]:
-    ok: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
-    if stream:
-        ok["text/event-stream"] = {"schema": {"type": "string"}}
-    desc = "the API's response (server-sent events when `stream` is true)" if stream else "the API's response"
+def _request_body(model: type[BaseModel]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": S.ref(model)}}}}
+
+
+def _errors(error: dict[str, Any], statuses: tuple[int, ...]) -> dict[int | str, dict[str, Any]]:
     return {
-        200: {"description": desc, "content": ok},
-        "4XX": {"description": "an error in the API's own shape"},
-        "5XX": {"description": "overloaded or internal error, in the API's own shape"},
+        status: {"description": _STATUS_TEXT[status], "content": {"application/json": {"schema": error}}}
+        for status in statuses
     }
 
 
-def _spec(stream: bool = True) -> dict[str, Any]:
-    return {"openapi_extra": _JSON_BODY, "responses": _responses(stream)}
+def _ok(model: type[BaseModel], description: str, event: type[BaseModel] | None = None) -> dict[str, Any]:
+    content: dict[str, Any] = {"application/json": {"schema": S.ref(model)}}
+    if event is not None:
+        content["text/event-stream"] = {
+            "schema": {"type": "string", "description": inspect.cleandoc(event.__doc__ or "")},
+            "x-event-schema": S.ref(event),  # each frame's `data:` object
+        }
+    return {"description": description, "content": content}
+
+
+ANTHROPIC_ERROR = S.ref(S.AnthropicError)
+OPENAI_ERROR = S.ref(S.OpenAIError)
+_GENERATE: dict[ApiName, tuple[type[BaseModel], type[BaseModel], type[BaseModel], dict[str, str], int]] = {
+    "anthropic": (
+        S.AnthropicMessagesRequest,
+        S.AnthropicMessage,
+        S.AnthropicStreamEvent,
+        ANTHROPIC_ERROR,
+        529,
+    ),
+    "chat": (S.ChatCompletionRequest, S.ChatCompletion, S.ChatCompletionChunk, OPENAI_ERROR, 503),
+    "responses": (S.ResponsesRequest, S.ResponseObject, S.ResponsesStreamEvent, OPENAI_ERROR, 503),
+}
+
+
+def _generate_spec(api: ApiName) -> dict[str, Any]:
+    request, response, event, error, overloaded = _GENERATE[api]
+    responses: dict[int | str, dict[str, Any]] = {
+        200: _ok(
+            response,
+            "the answer; server-sent events when `stream` is true (they end with the API's "
+            "terminal event, after a failure with its error event)",
+            event,
+        ),
+        **_errors(error, (400, 401, 404, 413, 500, overloaded)),
+    }
+    return {"openapi_extra": _request_body(request), "responses": responses}
+
+
+def _published(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document with our components, and without the 422 it assumes for parameters
+    (validation errors are the API's 400 here)."""
+    doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for path_item in doc.get("paths", {}).values():
+        for operation in path_item.values():
+            responses = operation.get("responses", {})
+            if responses.pop("422", None) is not None and "400" not in responses:
+                responses["400"] = {
+                    "description": _STATUS_TEXT[400],
+                    "content": {"application/json": {"schema": OPENAI_ERROR}},
+                }
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    schemas.update(S.component_schemas())
+    return doc
 
 
 def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiName) -> Any:
@@ -209,6 +274,7 @@ def create_app(
         description="Anthropic Messages, OpenAI Chat Completions and Responses over self-hosted models.",
         lifespan=lifespan,
     )
+    app.openapi = lambda: app.openapi_schema or _cache_openapi(app)  # type: ignore[method-assign]
     app.state.frontend = frontend
     app.state.drain = drain = DrainState()
     app.state.betas = betas
@@ -246,12 +312,12 @@ def create_app(
     # -- the agent APIs ----------------------------------------------------------------------------
 
     enabled = set(config.apis)
-    summaries: dict[ApiName, tuple[str, str]] = {
-        "anthropic": ("/v1/messages", "Anthropic Messages: create a message"),
-        "chat": ("/v1/chat/completions", "OpenAI Chat Completions"),
-        "responses": ("/v1/responses", "OpenAI Responses"),
+    summaries: dict[ApiName, tuple[str, str, str]] = {
+        "anthropic": ("/v1/messages", "Anthropic Messages: create a message", "createMessage"),
+        "chat": ("/v1/chat/completions", "OpenAI Chat Completions", "createChatCompletion"),
+        "responses": ("/v1/responses", "OpenAI Responses", "createResponse"),
     }
-    for api, (path, summary) in summaries.items():
+    for api, (path, summary, operation_id) in summaries.items():
         if api in enabled:
             app.add_api_route(
                 path,
@@ -259,7 +325,8 @@ def create_app(
                 methods=["POST"],
                 summary=summary,
                 tags=[api],
-                **_spec(),
+                operation_id=operation_id,
+                **_generate_spec(api),
             )
 
     if "responses" in enabled:
@@ -267,7 +334,12 @@ def create_app(
         @app.get(
             "/v1/responses/{response_id}",
             summary="OpenAI Responses: retrieve a stored response",
+            operation_id="getResponse",
             tags=["responses"],
+            responses={
+                200: _ok(S.ResponseObject, "the stored Response"),
+                **_errors(OPENAI_ERROR, (401, 404)),
+            },
         )
         async def get_response(request: Request, response_id: str) -> Response:
             rid = new_request_id()
@@ -283,7 +355,9 @@ def create_app(
         @app.delete(
             "/v1/responses/{response_id}",
             summary="OpenAI Responses: delete a stored response",
+            operation_id="deleteResponse",
             tags=["responses"],
+            responses={200: _ok(S.ResponseDeleted, "deleted"), **_errors(OPENAI_ERROR, (401, 404))},
         )
         async def delete_response(request: Request, response_id: str) -> Response:
             rid = new_request_id()
@@ -303,8 +377,15 @@ def create_app(
         @app.post(
             "/v1/messages/count_tokens",
             summary="Anthropic: count input tokens",
+            operation_id="countTokens",
             tags=["anthropic"],
-            **_spec(False),
+            openapi_extra=_request_body(S.AnthropicCountTokensRequest),
+            responses={
+                200: _ok(
+                    S.AnthropicCountTokensResponse, "exact: the real request's decode, render and tokenizer"
+                ),
+                **_errors(ANTHROPIC_ERROR, (400, 401, 404, 413, 500)),
+            },
         )
         async def count_tokens(request: Request) -> Response:
             rid = new_request_id()
@@ -331,7 +412,19 @@ def create_app(
     @app.get(
         "/v1/models",
         summary="List models (Anthropic shape with anthropic-version, else OpenAI + Codex)",
+        operation_id="listModels",
         tags=["models"],
+        responses={
+            200: {
+                "description": "Anthropic's list with anthropic-version, else OpenAI's (+ Codex's models)",
+                "content": {
+                    "application/json": {
+                        "schema": {"anyOf": [S.ref(S.AnthropicModelList), S.ref(S.OpenAIModelList)]}
+                    }
+                },
+            },
+            **_errors({"anyOf": [ANTHROPIC_ERROR, OPENAI_ERROR]}, (400, 401)),
+        },
     )
     async def list_models(
         request: Request, limit: str | None = None, after_id: str | None = None, before_id: str | None = None
@@ -350,7 +443,21 @@ def create_app(
             return error_response(error, shape, rid)  # type: ignore[arg-type]
         return json_response(body, headers=id_headers(rid))
 
-    @app.get("/v1/models/{model_id:path}", summary="One model (Anthropic or OpenAI shape)", tags=["models"])
+    @app.get(
+        "/v1/models/{model_id:path}",
+        summary="One model (Anthropic or OpenAI shape)",
+        operation_id="getModel",
+        tags=["models"],
+        responses={
+            200: {
+                "description": "Anthropic's shape when `anthropic-version` is sent, else OpenAI's",
+                "content": {
+                    "application/json": {"schema": {"anyOf": [S.ref(S.AnthropicModel), S.ref(S.OpenAIModel)]}}
+                },
+            },
+            **_errors({"anyOf": [ANTHROPIC_ERROR, OPENAI_ERROR]}, (401, 404)),
+        },
+    )
     async def get_model(request: Request, model_id: str) -> Response:
         rid = new_request_id()
         shape = "anthropic" if wants_anthropic(request) else "openai"
@@ -367,7 +474,9 @@ def create_app(
         @app.get(
             "/backend-api/codex/models",
             summary="Codex model catalog ({models: [ModelInfo]})",
+            operation_id="listCodexModels",
             tags=["models"],
+            responses={200: _ok(S.CodexCatalog, "the catalog"), **_errors(OPENAI_ERROR, (401,))},
         )
         async def codex_models(request: Request) -> Response:
             rid = new_request_id()
@@ -415,12 +524,32 @@ def create_app(
     @app.post(
         "/v1/agent/tool_events",
         summary="Harness tool events (start/end/error), joined to the request that dispatched the call",
+        operation_id="submitToolEvents",
         tags=["telemetry"],
         status_code=202,
-        openapi_extra=_JSON_BODY,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "anyOf": [
+                                S.ref(S.ToolEvent),
+                                {
+                                    "type": "array",
+                                    "items": S.ref(S.ToolEvent),
+                                    "minItems": 1,
+                                    "maxItems": 100,
+                                },
+                            ]
+                        }
+                    }
+                },
+            }
+        },
         responses={
-            202: {"description": "`{accepted, joined}`"},
-            "4XX": {"description": "OpenAI error shape"},
+            202: _ok(S.ToolEventsAccepted, "how many events were accepted and joined a request"),
+            **_errors(OPENAI_ERROR, (400, 401, 413)),
         },
     )
     async def tool_events(request: Request) -> Response:
@@ -433,6 +562,11 @@ def create_app(
         return json_response(accepted_body(records), 202, id_headers(rid))
 
     return app
+
+
+def _cache_openapi(app: FastAPI) -> dict[str, Any]:
+    app.openapi_schema = _published(app)
+    return app.openapi_schema
 
 
 def _limit(value: str | None) -> int:

@@ -110,8 +110,9 @@ class _Decoder:
 
     def assistant(self, m: dict[str, Any], path: str) -> Message:
         reasoning = opt_str(m, "reasoning_content", path)
+        alternative = opt_str(m, "reasoning", path)  # checked even when reasoning_content is set
         if reasoning is None:
-            reasoning = opt_str(m, "reasoning", path)
+            reasoning = alternative
         parts: list[Part] = []
         if reasoning:
             parts.append(Reasoning(reasoning))
@@ -232,6 +233,8 @@ class _Decoder:
                 tool = expect_dict(raw, path)
                 kind = tool.get("type", "function")
                 if kind != "function":
+                    if type(kind) is not str:
+                        raise wrong_type(at(path, "type"), "a string", kind)
                     self.ignored.append(path)
                     continue
                 add(expect_dict(tool.get("function"), at(path, "function")), at(path, "function"))
@@ -243,18 +246,20 @@ class _Decoder:
 
 
 def _tool_choice(b: dict[str, Any]) -> ToolChoice:
-    value = b.get("tool_choice")
-    path = "tool_choice"
-    if value is None and b.get("function_call") is not None:
-        value, path = b["function_call"], "function_call"
-        if type(value) is dict:
-            return ToolChoice("named", req_str(value, "name", path, nonempty=True))
+    legacy = _choice(b.get("function_call"), "function_call", legacy=True)  # checked even when unused
+    choice = _choice(b.get("tool_choice"), "tool_choice", legacy=False)
+    return choice or legacy or ToolChoice()
+
+
+def _choice(value: Any, path: str, *, legacy: bool) -> ToolChoice | None:
     if value is None:
-        return ToolChoice()
+        return None
     if type(value) is str:
         mode = one_of(value, ("auto", "none", "required"), path)
         return ToolChoice(mode)  # type: ignore[arg-type]
     choice = expect_dict(value, path)
+    if legacy:  # function_call: {"name": ...}
+        return ToolChoice("named", req_str(choice, "name", path, nonempty=True))
     one_of(req_str(choice, "type", path), ("function",), at(path, "type"))
     function = expect_dict(choice.get("function"), at(path, "function"))
     return ToolChoice("named", req_str(function, "name", at(path, "function"), nonempty=True))

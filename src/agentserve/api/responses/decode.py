@@ -240,7 +240,8 @@ def _tool_choice(value: Any) -> ToolChoice:
     if kind in ("function", "custom"):
         return ToolChoice("named", req_str(choice, "name", "tool_choice", nonempty=True))
     if kind == "allowed_tools":
-        mode = opt_str(choice, "mode", "tool_choice") or "auto"
+        mode = opt_str(choice, "mode", "tool_choice")
+        mode = "auto" if mode is None else mode
         return ToolChoice(one_of(mode, ("auto", "required"), "tool_choice.mode"))  # type: ignore[arg-type]
     return ToolChoice()  # a hosted tool: nothing we can force
 
@@ -308,9 +309,9 @@ def decode_responses(
     effort = opt_str(reasoning, "effort", "reasoning")
     if effort is not None:
         one_of(effort, _EFFORTS, "reasoning.effort")
-    summary = opt_str(reasoning, "summary", "reasoning") or opt_str(
-        reasoning, "generate_summary", "reasoning"
-    )
+    summary = opt_str(reasoning, "summary", "reasoning")
+    if summary is None:
+        summary = opt_str(reasoning, "generate_summary", "reasoning")
     if summary is not None:
         one_of(summary, _SUMMARIES, "reasoning.summary")
     verbosity, fmt = _text(b.get("text"))

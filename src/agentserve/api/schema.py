@@ -881,6 +881,24 @@ class ToolEventsAccepted(_Closed):
     joined: int
 
 
+class ServiceIdentity(_Open):
+    name: str
+    version: str
+    models: list[str]
+
+
+class Health(_Open):
+    status: Literal["ok"]
+
+
+class Readiness(_Open):
+    """The router's state (workers, their readiness) and the signing key's fingerprint."""
+
+    ready: bool
+    draining: bool
+    signing_key: str
+
+
 # -- the components of /openapi.json ---------------------------------------------------------------
 
 COMPONENT_MODELS: tuple[type[BaseModel], ...] = (
@@ -888,6 +906,7 @@ COMPONENT_MODELS: tuple[type[BaseModel], ...] = (
     AnthropicStreamEvent, AnthropicError, ChatCompletionRequest, ChatCompletion, ChatCompletionChunk,
     OpenAIError, ResponsesRequest, ResponseObject, ResponsesStreamEvent, ResponseDeleted, OpenAIModel,
     OpenAIModelList, CodexCatalog, AnthropicModel, AnthropicModelList, ToolEvent, ToolEventsAccepted,
+    ServiceIdentity, Health, Readiness,
 )  # fmt: skip
 REF = "#/components/schemas/{model}"
 

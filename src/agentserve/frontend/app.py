@@ -492,19 +492,34 @@ def create_app(
         models = [m.id for m in frontend.models]
         return json_response({"name": "agentserve", "version": __version__, "models": models})
 
-    @app.get("/", summary="Service identity", tags=["ops"])
+    identity_doc = {200: _ok(S.ServiceIdentity, "name, version and the served models")}
+
+    @app.get("/", summary="Service identity", tags=["ops"], responses=identity_doc)
     async def root() -> Response:
         return identity()
 
-    @app.head("/", summary="Connectivity probe (Claude Code sends HEAD / at start)", tags=["ops"])
+    @app.head(
+        "/",
+        summary="Connectivity probe (Claude Code sends HEAD / at start)",
+        tags=["ops"],
+        responses=identity_doc,
+    )
     async def root_head() -> Response:
         return identity()
 
-    @app.get("/health", summary="Liveness", tags=["ops"])
+    @app.get("/health", summary="Liveness", tags=["ops"], responses={200: _ok(S.Health, "alive")})
     async def health() -> Response:
         return json_response({"status": "ok"})
 
-    @app.get("/ready", summary="Readiness: at least one worker takes requests", tags=["ops"])
+    @app.get(
+        "/ready",
+        summary="Readiness: at least one worker takes requests",
+        tags=["ops"],
+        responses={
+            200: _ok(S.Readiness, "ready"),
+            503: _ok(S.Readiness, "not ready (no worker, or draining)"),
+        },
+    )
     async def ready() -> Response:
         # The key's fingerprint (never the key): replicas behind one Service must show the same one.
         ready = backend.ready and not drain.draining
@@ -516,7 +531,17 @@ def create_app(
         }
         return json_response(body, 200 if ready else 503)
 
-    @app.get("/metrics", summary="Prometheus metrics", tags=["ops"])
+    @app.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        tags=["ops"],
+        responses={
+            200: {
+                "description": "the Prometheus text exposition format",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        },
+    )
     async def metrics() -> Response:
         data, content_type = frontend.telemetry.metrics.exposition()
         return Response(data, media_type=content_type)

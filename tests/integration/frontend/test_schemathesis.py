@@ -1,0 +1,50 @@
+"""schemathesis against `agentserve up`'s own `/openapi.json`: every operation, generated valid
+(positive) and invalid (negative) requests, all of its checks — no 5xx, documented status codes,
+content types, response bodies and headers conforming to the schema, invalid data rejected — but one:
+`positive_data_acceptance` (a schema-valid request must be accepted) cannot hold for these APIs,
+upstream or here: JSON Schema cannot say that a `tool_result` answers an earlier `tool_use`, or that
+`budget_tokens` < `max_tokens`, which the decoders check (400). Bounded: a few dozen examples per
+operation and mode."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis", reason="schemathesis (dev extra) is not installed")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis.errors import Unsatisfiable  # noqa: E402
+from schemathesis import GenerationMode  # noqa: E402
+from schemathesis.checks import positive_data_acceptance  # noqa: E402
+from stack import Served, served  # noqa: E402
+
+EXAMPLES = 25
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Served]:
+    with served({"max_body_bytes": 256 * 1024, "context_length": 4096}) as s:
+        yield s
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_the_published_contract_holds(server: Served, mode: GenerationMode) -> None:
+    api = schemathesis.openapi.from_url(server.url + "/openapi.json")
+    operations = [result.ok() for result in api.get_all_operations()]
+    assert len(operations) >= 10
+    for operation in operations:
+
+        @given(case=operation.as_strategy(generation_mode=mode))
+        @settings(
+            max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None
+        )
+        def check(case: schemathesis.Case) -> None:
+            case.call_and_validate(excluded_checks=[positive_data_acceptance])
+
+        try:
+            check()
+        except Unsatisfiable:
+            # Nothing of this operation can be made invalid (GET /health: no body, no parameters).
+            assert mode == GenerationMode.NEGATIVE and "requestBody" not in operation.definition.raw

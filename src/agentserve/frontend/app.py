@@ -492,7 +492,9 @@ def create_app(
         models = [m.id for m in frontend.models]
         return json_response({"name": "agentserve", "version": __version__, "models": models})
 
-    identity_doc = {200: _ok(S.ServiceIdentity, "name, version and the served models")}
+    identity_doc: dict[int | str, dict[str, Any]] = {
+        200: _ok(S.ServiceIdentity, "name, version and the served models")
+    }
 
     @app.get("/", summary="Service identity", tags=["ops"], responses=identity_doc)
     async def root() -> Response:

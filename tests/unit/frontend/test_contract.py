@@ -409,3 +409,13 @@ def test_every_catalog_advertises_the_models_own_window(
     assert openai_models(models)["data"][0]["context_window"] == window
     codex = codex_catalog(models)["models"][0]
     assert codex["context_window"] == window and codex["auto_compact_token_limit"] < window
+
+
+def test_a_tool_event_with_a_lone_surrogate_is_a_400(client: TestClient) -> None:
+    event = {
+        "event_type": "tool_start",
+        "agent_context": {"session_id": "s1"},
+        "tool": {"tool_call_id": "call_1", "tool_name": "Bash\udcff", "started_at_unix_ms": 1},
+    }
+    r = client.post("/v1/agent/tool_events", content=json.dumps(event))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool.tool_name"

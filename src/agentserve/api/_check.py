@@ -143,6 +143,17 @@ def str_list(value: Any, path: str, *, max_items: int | None = None) -> tuple[st
     return tuple(items)
 
 
+MAX_NAME = 256  # model and tool names: generous (OpenAI allows 64-character function names)
+
+
+def req_name(d: dict[str, Any], key: str, path: str) -> str:
+    """A non-empty name of at most `MAX_NAME` characters (a model, a tool)."""
+    value = req_str(d, key, path, nonempty=True)
+    if len(value) > MAX_NAME:
+        raise InvalidRequestError(f"must be at most {MAX_NAME} characters", param=at(path, key))
+    return value
+
+
 def one_of(value: str, allowed: tuple[str, ...], path: str) -> str:
     if value not in allowed:
         raise InvalidRequestError(

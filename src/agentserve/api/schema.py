@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
 NonEmpty = Annotated[str, Field(min_length=1)]
+Name = Annotated[str, Field(min_length=1, max_length=256)]
 Json = dict[str, Any]
 
 
@@ -248,7 +249,7 @@ class AnthropicMetadata(_Open):
 
 
 class _AnthropicBody(_Open):
-    model: NonEmpty
+    model: Name
     messages: Annotated[
         list[AnthropicUserMessage | AnthropicAssistantMessage | AnthropicSystemMessage], Field(min_length=1)
     ]
@@ -426,7 +427,7 @@ class ChatFunctionMessage(_Open):
 
 
 class ChatFunctionDef(_Open):
-    name: Annotated[str, Field(min_length=1, description="unique in the request")]
+    name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
     parameters: Json | None = None
 
@@ -473,7 +474,7 @@ class ChatResponseFormatJsonSchema(_Open):
 class ChatCompletionRequest(_Open):
     """`POST /v1/chat/completions`. A named `tool_choice` must name a function in `tools`."""
 
-    model: NonEmpty
+    model: Name
     messages: Annotated[
         list[
             ChatSystemMessage | ChatUserMessage | ChatAssistantMessage | ChatToolMessage | ChatFunctionMessage
@@ -630,14 +631,14 @@ class ResponsesHostedItem(_Open):
 
 class ResponsesFunctionTool(_Open):
     type: Literal["function"]
-    name: Annotated[str, Field(min_length=1, description="unique in the request")]
+    name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
     parameters: Json | None = None
 
 
 class ResponsesCustomTool(_Open):
     type: Literal["custom"]
-    name: Annotated[str, Field(min_length=1, description="unique in the request")]
+    name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
     format: Json | None = None
 
@@ -721,7 +722,7 @@ class ResponsesRequest(_Open):
     """`POST /v1/responses`. `input` is required unless `previous_response_id` is given; a named
     `tool_choice` must name a tool in `tools`."""
 
-    model: NonEmpty
+    model: Name
     input: str | list[ResponsesItem] | None = None
     instructions: str | None = None
     previous_response_id: str | None = None

@@ -332,6 +332,10 @@ REJECTED = [
     ("/v1/messages", {"max_tokens": -1}, "max_tokens"),
     # Responses: a forced call of a tool not offered
     ("/v1/responses", {"tool_choice": {"type": "function", "name": "Nope"}}, "tool_choice"),
+    # names past 256 characters (models, tools)
+    ("/v1/messages", {"model": "m" * 257}, "model"),
+    ("/v1/chat/completions", {"model": "m" * 257}, "model"),
+    ("/v1/responses", {"tools": [{"type": "function", "name": "f" * 257}]}, "tools[0].name"),
 ]
 
 

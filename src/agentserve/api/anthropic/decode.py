@@ -18,6 +18,7 @@ from agentserve.api._check import (
     opt_int,
     opt_number,
     opt_str,
+    req_name,
     req_str,
     str_list,
     wrong_type,
@@ -400,7 +401,7 @@ def _decode(
 ) -> AnthropicRequest:
     b = expect_dict(body, "body")
     d = _Decoder(memory, memory_scope, signer)
-    model = req_str(b, "model", "", nonempty=True)
+    model = req_name(b, "model", "")
     max_tokens = opt_int(b, "max_tokens", "", minimum=0)
     if max_tokens is None and not count_tokens:
         raise missing("max_tokens")

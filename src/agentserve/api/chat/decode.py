@@ -17,6 +17,7 @@ from agentserve.api._check import (
     opt_int,
     opt_number,
     opt_str,
+    req_name,
     req_str,
     wrong_type,
 )
@@ -219,7 +220,7 @@ class _Decoder:
         seen: set[str] = set()
 
         def add(function: dict[str, Any], path: str) -> None:
-            name = req_str(function, "name", path, nonempty=True)
+            name = req_name(function, "name", path)
             if name in seen:
                 raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(path, "name"))
             seen.add(name)
@@ -306,7 +307,7 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
     """Decode a `POST /v1/chat/completions` body (already parsed JSON). Raises only ApiError."""
     b = expect_dict(body, "body")
     d = _Decoder(memory, memory_scope)
-    model = req_str(b, "model", "", nonempty=True)
+    model = req_name(b, "model", "")
     n = opt_int(b, "n", "")
     if n is not None and n != 1:
         raise InvalidRequestError("only n=1 is supported: send one request per choice", param="n")

@@ -18,6 +18,7 @@ from agentserve.api._check import (
     opt_int,
     opt_number,
     opt_str,
+    req_name,
     req_str,
     str_list,
     wrong_type,
@@ -217,7 +218,7 @@ class _Decoder:
             if kind not in ("function", "custom"):
                 self.ignored.append(tpath)  # hosted tools run on OpenAI's side, not here
                 continue
-            name = req_str(tool, "name", tpath, nonempty=True)
+            name = req_name(tool, "name", tpath)
             if name in self.tool_kinds:
                 raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(tpath, "name"))
             description = opt_str(tool, "description", tpath) or ""
@@ -278,7 +279,7 @@ def decode_responses(
     `previous_response_id` is looked up under `scope` (the caller's API key) only."""
     b = expect_dict(body, "body")
     d = _Decoder(signer)
-    model = req_str(b, "model", "", nonempty=True)
+    model = req_name(b, "model", "")
     instructions = opt_str(b, "instructions", "")
     if instructions:
         d.system.append(Text(instructions))

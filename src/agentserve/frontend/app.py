@@ -94,9 +94,24 @@ def _errors(error: dict[str, Any], statuses: tuple[int, ...]) -> dict[int | str,
 def _ok(model: type[BaseModel], description: str, event: type[BaseModel] | None = None) -> dict[str, Any]:
     content: dict[str, Any] = {"application/json": {"schema": S.ref(model)}}
     if event is not None:
+        # The schema of one event (as OpenAPI 3.2's itemSchema, and as schemathesis reads it):
+        # `event:` and `data:` fields, the data a JSON object of the event's schema (Chat's
+        # closing `[DONE]` is not JSON: contentSchema annotates, it does not constrain).
         content["text/event-stream"] = {
-            "schema": {"type": "string", "description": inspect.cleandoc(event.__doc__ or "")},
-            "x-event-schema": S.ref(event),  # each frame's `data:` object
+            "schema": {
+                "type": "object",
+                "description": inspect.cleandoc(event.__doc__ or ""),
+                "properties": {
+                    "event": {"type": "string"},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": S.ref(event),
+                    },
+                    "id": {"type": "string"},
+                    "retry": {"type": "integer"},
+                },
+            }
         }
     return {"description": description, "content": content}
 
@@ -127,7 +142,26 @@ def _generate_spec(api: ApiName) -> dict[str, Any]:
         ),
         **_errors(error, (400, 401, 404, 413, 500, overloaded)),
     }
+    if api == "responses":
+        responses[200]["links"] = _RESPONSE_LINKS
     return {"openapi_extra": _request_body(request), "responses": responses}
+
+
+# A stored Response leads on: fetch it, delete it, or continue the conversation from it.
+_RESPONSE_ID = "$response.body#/id"
+_RESPONSE_LINKS = {
+    "GetResponse": {"operationId": "getResponse", "parameters": {"response_id": _RESPONSE_ID}},
+    "DeleteResponse": {"operationId": "deleteResponse", "parameters": {"response_id": _RESPONSE_ID}},
+    "ContinueResponse": {
+        "operationId": "createResponse",
+        "requestBody": {
+            "model": "$request.body#/model",
+            "previous_response_id": _RESPONSE_ID,
+            "input": "go on",
+        },
+        "description": "the next turn, from the stored response (`previous_response_id`)",
+    },
+}
 
 
 def _published(app: FastAPI) -> dict[str, Any]:

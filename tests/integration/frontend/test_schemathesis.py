@@ -9,6 +9,7 @@ operation and mode."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -48,3 +49,29 @@ def test_the_published_contract_holds(server: Served, mode: GenerationMode) -> N
         except Unsatisfiable:
             # Nothing of this operation can be made invalid (GET /health: no body, no parameters).
             assert mode == GenerationMode.NEGATIVE and "requestBody" not in operation.definition.raw
+
+
+def test_stateful_links_through_stored_responses(server: Served) -> None:
+    """The Responses links (`createResponse` → `getResponse` / `deleteResponse`, and the next turn
+    with `previous_response_id`) followed by schemathesis' state machine, all checks as above."""
+    api = schemathesis.openapi.from_url(server.url + "/openapi.json").include(path_regex="^/v1/responses")
+    seen: list[tuple[str, int]] = []
+
+    class Checked(api.as_state_machine()):  # type: ignore[misc]
+        def validate_response(self, response: Any, case: schemathesis.Case, **kwargs: Any) -> None:
+            continued = isinstance(case.body, dict) and case.body.get("previous_response_id") is not None
+            seen.append(
+                (f"{case.method} {case.path}{' (continued)' if continued else ''}", response.status_code)
+            )
+            case.validate_response(response, excluded_checks=[positive_data_acceptance])
+
+    Checked.run(
+        settings=settings(
+            max_examples=40, stateful_step_count=6, deadline=None, suppress_health_check=list(HealthCheck)
+        )
+    )
+    # The links were followed: a stored response was fetched by the id its creation returned.
+    assert ("GET /v1/responses/{response_id}", 200) in seen, sorted(set(seen))
+    # and the next turn was sent from one (200, or 400 where the first was `store: false` or the
+    # generated rest of the body is refused: the checks above hold either way)
+    assert any(name == "POST /v1/responses (continued)" for name, _ in seen), sorted(set(seen))

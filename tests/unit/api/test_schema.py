@@ -7,6 +7,7 @@ fuzzed requests (bench/fuzz_api.py's mutations of harness-shaped bodies), the sc
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from collections.abc import Callable, Iterator
@@ -79,7 +80,8 @@ def test_every_api_body_has_a_real_schema_and_status_codes(doc: dict[str, Any]) 
         assert error.endswith("AnthropicError" if path.startswith("/v1/messages") else "OpenAIError")
     for path in ("/v1/messages", "/v1/chat/completions", "/v1/responses"):
         ok = paths[path]["post"]["responses"]["200"]["content"]
-        assert "text/event-stream" in ok and "$ref" in ok["text/event-stream"]["x-event-schema"]
+        event = ok["text/event-stream"]["schema"]["properties"]["data"]["contentSchema"]
+        assert event["$ref"].endswith("StreamEvent") or event["$ref"].endswith("Chunk")
     assert "529" in paths["/v1/messages"]["post"]["responses"]
     assert "503" in paths["/v1/chat/completions"]["post"]["responses"]
     for path in (
@@ -152,3 +154,31 @@ def test_the_schema_refuses_what_the_decoders_refuse_by_type(doc: dict[str, Any]
     responses_ok = SEEDS["/v1/responses"]
     for change in ({"max_output_tokens": 0}, {"truncation": "yes"}, {"input": 3}, {"background": True}):
         assert not responses.is_valid({**responses_ok, **change}), change
+
+
+def test_real_answers_validate_against_their_documented_schemas(doc: dict[str, Any]) -> None:
+    """Non-streaming bodies, every stream frame's data, and error bodies, as the app sends them."""
+    app, _ = build_up(UpConfig.model_validate({"port": 0, "sim_speedup": 0}), keys=ApiKeys())
+    headers = {"anthropic-version": "2023-06-01"}
+    with TestClient(app) as client:
+        for endpoint, body in SEEDS.items():
+            operation = doc["paths"][endpoint]["post"]["responses"]
+            ok = operation["200"]["content"]
+            r = client.post(endpoint, json=body, headers=headers)
+            assert r.status_code == 200, r.text
+            Draft202012Validator({**doc, **ok["application/json"]["schema"]}).validate(r.json())
+            if "text/event-stream" in ok:
+                event = ok["text/event-stream"]["schema"]["properties"]["data"]["contentSchema"]
+                frames = client.post(endpoint, json={**body, "stream": True}, headers=headers).text.split(
+                    "\n\n"
+                )
+                datas = [line[6:] for f in frames for line in f.split("\n") if line.startswith("data: ")]
+                assert len(datas) > 2
+                for data in datas:
+                    if data != "[DONE]":
+                        Draft202012Validator({**doc, **event}).validate(json.loads(data))
+            error = client.post(endpoint, json={**body, "model": ""}, headers=headers)
+            assert error.status_code == 400
+            Draft202012Validator(
+                {**doc, **operation["400"]["content"]["application/json"]["schema"]}
+            ).validate(error.json())

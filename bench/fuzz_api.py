@@ -346,15 +346,22 @@ class Report:
 
 
 async def run_fuzz(
-    requests: int, seed: int, *, per_api: bool = True, progress: Callable[[int], None] | None = None
+    requests: int,
+    seed: int,
+    *,
+    family: str | None = None,
+    per_api: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> Report:
     from agentserve.config import UpConfig
     from agentserve.frontend.http import ApiKeys
     from agentserve.frontend.up import build_up
 
-    config = UpConfig.model_validate(
-        {"port": 0, "sim_speedup": 0, "context_length": 8192, "max_body_bytes": 1 << 20}
-    )
+    settings: dict[str, object] = {"port": 0, "sim_speedup": 0, "context_length": 8192}
+    settings["max_body_bytes"] = 1 << 20
+    if family is not None:  # another family's template renders the tools and messages
+        settings |= {"family": family, "model": f"{family}-sim"}
+    config = UpConfig.model_validate(settings)
     app, _ = build_up(config, keys=ApiKeys())
     rng = random.Random(seed)
     report = Report()
@@ -392,32 +399,48 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--requests", type=int, default=5000, help="requests per endpoint")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--family", help="model family (default: qwen3); 'all': every family in turn")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.ERROR)  # the errors we look for are counted, not printed
-    started = time.perf_counter()
-    report = asyncio.run(
-        run_fuzz(args.requests, args.seed, progress=lambda i: print(f"  {i} …", file=sys.stderr))
-    )
-    elapsed = time.perf_counter() - started
-    summary = {
-        "seed": args.seed,
-        "requests": dict(report.sent),
-        "event_streams": dict(report.streams),
-        "statuses": {str(k): v for k, v in sorted(report.statuses.items())},
-        "5xx": sum(v for k, v in report.statuses.items() if k >= 500),
-        "problems": dict(report.problems),
-        "logged_exceptions": dict(report.causes),
-        "seconds": round(elapsed, 1),
-    }
-    if args.json:
-        print(json.dumps(summary, indent=2))
+    if args.family == "all":
+        from agentserve.families import FAMILIES
+
+        families: list[str | None] = [f.name for f in FAMILIES]
     else:
-        for key, value in summary.items():
-            print(f"{key}: {value}")
-        for endpoint, bad, content in report.examples:
-            print(f"\n{endpoint}: {bad}\n  {content[:400]!r}")
-    return 1 if report.problems else 0
+        families = [args.family]
+    failed = False
+    for family in families:
+        started = time.perf_counter()
+        report = asyncio.run(
+            run_fuzz(
+                args.requests,
+                args.seed,
+                family=family,
+                progress=lambda i: print(f"  {i} …", file=sys.stderr),
+            )
+        )
+        elapsed = time.perf_counter() - started
+        summary = {
+            "seed": args.seed,
+            "family": family or "qwen3",
+            "requests": dict(report.sent),
+            "event_streams": dict(report.streams),
+            "statuses": {str(k): v for k, v in sorted(report.statuses.items())},
+            "5xx": sum(v for k, v in report.statuses.items() if k >= 500),
+            "problems": dict(report.problems),
+            "logged_exceptions": dict(report.causes),
+            "seconds": round(elapsed, 1),
+        }
+        if args.json:
+            print(json.dumps(summary))
+        else:
+            for key, value in summary.items():
+                print(f"{key}: {value}")
+            for endpoint, bad, content in report.examples:
+                print(f"\n{endpoint}: {bad}\n  {content[:400]!r}")
+        failed = failed or bool(report.problems)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -154,6 +154,16 @@ def req_name(d: dict[str, Any], key: str, path: str) -> str:
     return value
 
 
+def object_schema(schema: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+    """A tool's parameters are an object's JSON Schema (OpenAI: `{}` too, no parameters)."""
+    if schema is not None and "type" in schema and schema["type"] != "object":
+        got = schema["type"] if type(schema["type"]) is str else describe(schema["type"])
+        raise InvalidRequestError(
+            f"schema must be a JSON Schema of 'type: \"object\"', got 'type: {got}'", param=at(path, "type")
+        )
+    return schema
+
+
 def one_of(value: str, allowed: tuple[str, ...], path: str) -> str:
     if value not in allowed:
         raise InvalidRequestError(

@@ -196,11 +196,24 @@ class AnthropicSystemMessage(_Open):
     content: str | list[AnthropicTextBlock]
 
 
+class AnthropicInputSchema(_Open):
+    """A JSON Schema of an object (Anthropic requires `type: object`; one without `type` is
+    accepted here)."""
+
+    type: Literal["object"] = "object"
+
+
+class OpenAIParameters(_Open):
+    """A JSON Schema of an object; `{}` is a function without parameters."""
+
+    type: Literal["object"] = "object"
+
+
 class AnthropicCustomTool(_Open):
     type: Literal["custom"] | None = None
     name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
-    input_schema: Json
+    input_schema: AnthropicInputSchema
 
 
 class AnthropicServerTool(_Open):
@@ -429,7 +442,7 @@ class ChatFunctionMessage(_Open):
 class ChatFunctionDef(_Open):
     name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
-    parameters: Json | None = None
+    parameters: OpenAIParameters | None = None
 
 
 class ChatFunctionTool(_Open):
@@ -633,7 +646,7 @@ class ResponsesFunctionTool(_Open):
     type: Literal["function"]
     name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
-    parameters: Json | None = None
+    parameters: OpenAIParameters | None = None
 
 
 class ResponsesCustomTool(_Open):

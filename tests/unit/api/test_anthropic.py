@@ -485,7 +485,7 @@ def one(role: str, *blocks: dict[str, Any]) -> list[dict[str, Any]]:
         (body_with(messages=one("user", {"type": "thinking", "thinking": "x"})), "messages[0].content[0]"),
         (body_with(system=[{"type": "image"}]), "system[0].type"),
         (body_with(tools=[{"name": "x"}]), "tools[0].input_schema"),
-        (body_with(tools=[{"name": "x", "input_schema": {}}] * 2), "tools[1].name"),
+        (body_with(tools=[{"name": "x", "input_schema": {"type": "object"}}] * 2), "tools[1].name"),
         (body_with(tool_choice={"type": "maybe"}), "tool_choice.type"),
         (body_with(temperature=1.5), "temperature"),
         (body_with(max_tokens=4000, thinking={"type": "enabled"}), "thinking.budget_tokens"),

@@ -83,7 +83,9 @@ def test_the_generated_client_sends_an_anthropic_message(
         model="qwen3-sim",
         max_tokens=16,
         messages=[models.AnthropicUserMessage(role="user", content="hello")],
-        tools=[models.AnthropicCustomTool(name="Bash", input_schema=models.AnthropicCustomToolInputSchema())],
+        tools=[
+            models.AnthropicCustomTool(name="Bash", input_schema=models.AnthropicInputSchema(type_="object"))
+        ],
     )
     response = create_message.sync_detailed(client=client_of(generated, app_client), body=body)
     assert response.status_code == 200, response.content

@@ -423,3 +423,25 @@ def test_a_tool_event_with_a_lone_surrogate_is_a_400(client: TestClient) -> None
     }
     r = client.post("/v1/agent/tool_events", content=json.dumps(event))
     assert r.status_code == 400 and r.json()["error"]["param"] == "tool.tool_name"
+
+
+SCHEMA_SHAPES = [
+    ("/v1/messages", ("tools", 0, "input_schema"), {"type": None}, "tools[0].input_schema.type"),
+    ("/v1/messages", ("tools", 0, "input_schema"), {"type": "string"}, "tools[0].input_schema.type"),
+    (
+        "/v1/chat/completions",
+        ("tools", 0, "function", "parameters"),
+        {"type": "array"},
+        "tools[0].function.parameters.type",
+    ),
+    ("/v1/responses", ("tools", 0, "parameters"), {"type": 3}, "tools[0].parameters.type"),
+]
+
+
+@pytest.mark.parametrize(("path", "where", "schema", "param"), SCHEMA_SHAPES)
+def test_a_tool_schema_that_is_not_an_objects_is_a_400(
+    client: TestClient, path: str, where: tuple[Any, ...], schema: Any, param: str
+) -> None:
+    r = post(client, path, with_value(BODIES[path], where, schema))
+    assert r.status_code == 400, r.text
+    assert error_of(path, r)[1] == param

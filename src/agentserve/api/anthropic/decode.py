@@ -12,6 +12,7 @@ from agentserve.api._check import (
     expect_dict,
     expect_list,
     missing,
+    object_schema,
     one_of,
     opt_bool,
     opt_dict,
@@ -330,6 +331,9 @@ class _Decoder:
             if schema is None:
                 raise missing(at(tpath, "input_schema"))
             schema = check_depth(expect_dict(schema, at(tpath, "input_schema")), at(tpath, "input_schema"))
+            # An object's schema: Anthropic requires `type: object`; one without `type` (seen in
+            # the wild) is accepted, any other type refused.
+            object_schema(schema, at(tpath, "input_schema"))
             specs.append(ToolSpec(name, opt_str(tool, "description", tpath) or "", schema))
         return tuple(specs)
 

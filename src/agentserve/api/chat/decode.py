@@ -11,6 +11,7 @@ from agentserve.api._check import (
     expect_dict,
     expect_list,
     missing,
+    object_schema,
     one_of,
     opt_bool,
     opt_dict,
@@ -225,6 +226,7 @@ class _Decoder:
                 raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(path, "name"))
             seen.add(name)
             parameters = check_depth(opt_dict(function, "parameters", path), at(path, "parameters"))
+            object_schema(parameters, at(path, "parameters"))
             specs.append(ToolSpec(name, opt_str(function, "description", path) or "", parameters or {}))
 
         tools = b.get("tools")

@@ -12,6 +12,7 @@ from agentserve.api._check import (
     expect_dict,
     expect_list,
     missing,
+    object_schema,
     one_of,
     opt_bool,
     opt_dict,
@@ -223,7 +224,8 @@ class _Decoder:
                 raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(tpath, "name"))
             description = opt_str(tool, "description", tpath) or ""
             if kind == "function":
-                parameters = opt_dict(tool, "parameters", tpath) or {"type": "object", "properties": {}}
+                parameters = object_schema(opt_dict(tool, "parameters", tpath), at(tpath, "parameters"))
+                parameters = parameters or {"type": "object", "properties": {}}
             else:
                 opt_dict(tool, "format", tpath)
                 parameters = custom_tool_parameters()

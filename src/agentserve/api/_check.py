@@ -164,6 +164,23 @@ def object_schema(schema: dict[str, Any] | None, path: str) -> dict[str, Any] | 
     return schema
 
 
+def openai_metadata(value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+    """OpenAI's `metadata`: at most 16 pairs, keys of at most 64 characters, string values of at
+    most 512 (its own 400s otherwise)."""
+    if value is None:
+        return None
+    if len(value) > 16:
+        raise InvalidRequestError("at most 16 key-value pairs are allowed", param=path)
+    for key, item in value.items():
+        if len(key) > 64:
+            raise InvalidRequestError("keys must be at most 64 characters", param=path)
+        if type(item) is not str:
+            raise wrong_type(at(path, key), "a string", item)
+        if len(item) > 512:
+            raise InvalidRequestError("must be at most 512 characters", param=at(path, key))
+    return value
+
+
 def one_of(value: str, allowed: tuple[str, ...], path: str) -> str:
     if value not in allowed:
         raise InvalidRequestError(

@@ -494,7 +494,7 @@ class ChatCompletionRequest(_Open):
         ],
         Field(min_length=1),
     ]
-    tools: list[ChatFunctionTool | ChatOtherTool] | None = None
+    tools: Annotated[list[ChatFunctionTool | ChatOtherTool], Field(max_length=128)] | None = None
     functions: list[ChatFunctionDef] | None = None
     tool_choice: Literal["auto", "none", "required"] | ChatToolChoiceFunction | None = None
     function_call: Literal["auto", "none", "required"] | ChatNamedFunction | None = None
@@ -758,7 +758,13 @@ class ResponsesRequest(_Open):
     temperature: Temperature2 | None = None
     top_p: Probability | None = None
     truncation: Literal["auto", "disabled"] | None = None
-    metadata: Json | None = None
+    metadata: (
+        Annotated[
+            dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+            Field(max_length=16),
+        ]
+        | None
+    ) = None
     user: str | None = None
     background: Literal[False] | None = Field(None, description="background responses are not supported")
     conversation: None = Field(None, description="not supported")

@@ -332,6 +332,11 @@ REJECTED = [
     ("/v1/messages", {"max_tokens": -1}, "max_tokens"),
     # Responses: a forced call of a tool not offered
     ("/v1/responses", {"tool_choice": {"type": "function", "name": "Nope"}}, "tool_choice"),
+    # OpenAI's limits: 128 Chat tools; Responses metadata of 16 string pairs (64 / 512 characters)
+    ("/v1/chat/completions", {"tools": CHAT["tools"] * 129}, "tools"),
+    ("/v1/responses", {"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+    ("/v1/responses", {"metadata": {"k": 1}}, "metadata.k"),
+    ("/v1/responses", {"metadata": {"k": "v" * 513}}, "metadata.k"),
     # names past 256 characters (models, tools)
     ("/v1/messages", {"model": "m" * 257}, "model"),
     ("/v1/chat/completions", {"model": "m" * 257}, "model"),

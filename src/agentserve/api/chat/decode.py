@@ -48,6 +48,7 @@ from agentserve.conversation import (
 )
 
 MAX_STOP = 4  # OpenAI's limit; more is its 400
+MAX_TOOLS = 128  # OpenAI's limit on Chat tools
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _KNOWN_FIELDS = frozenset(
     {
@@ -231,6 +232,8 @@ class _Decoder:
 
         tools = b.get("tools")
         if tools is not None:
+            if len(expect_list(tools, "tools")) > MAX_TOOLS:
+                raise InvalidRequestError(f"at most {MAX_TOOLS} tools are allowed", param="tools")
             for i, raw in enumerate(expect_list(tools, "tools")):
                 path = at("tools", i)
                 tool = expect_dict(raw, path)

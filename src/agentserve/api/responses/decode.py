@@ -14,6 +14,7 @@ from agentserve.api._check import (
     missing,
     object_schema,
     one_of,
+    openai_metadata,
     opt_bool,
     opt_dict,
     opt_int,
@@ -327,7 +328,7 @@ def decode_responses(
     truncation = opt_str(b, "truncation", "")
     if truncation is not None:
         one_of(truncation, ("auto", "disabled"), "truncation")
-    metadata = check_depth(opt_dict(b, "metadata", ""), "metadata")
+    metadata = openai_metadata(opt_dict(b, "metadata", ""), "metadata")
     nvext = parse_nvext(b.get("nvext"))
     if b.get("background"):
         raise InvalidRequestError("background responses are not supported", param="background")

@@ -11,15 +11,12 @@ validate requests: 400 in the API's shape, never FastAPI's 422).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -43,6 +40,15 @@ from agentserve.config import ApiName, FrontendConfig
 from agentserve.drain import DrainState
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.betas import BetaLog
+from agentserve.frontend.contract import (
+    ANTHROPIC_ERROR,
+    OPENAI_ERROR,
+    cached_openapi,
+    errors,
+    generate_spec,
+    ok,
+    request_body,
+)
 from agentserve.frontend.http import (
     RAW_SEND,
     ApiKeys,
@@ -63,124 +69,6 @@ from agentserve.prompt.pipeline import PromptPipeline
 from agentserve.telemetry import RequestTelemetry, Telemetry, accepted_body
 
 log = logging.getLogger("agentserve.frontend")
-
-# -- the published contract (/openapi.json) ---------------------------------------------------------
-# Bodies are documented from `api.schema`'s models; the routes read raw bytes and the codecs decode
-# them (faster than model validation, and the decoders' 400s name each API's fields its own way).
-
-_STATUS_TEXT = {
-    400: "invalid request: a wrong type, a missing field, a value out of range (the field is named)",
-    401: "missing or invalid API key (when keys are configured)",
-    404: "unknown model (with accept_any_model off), or no such response / endpoint",
-    405: "method not allowed on this path",
-    413: "request body larger than max_body_bytes",
-    500: "our bug: logged with its traceback, answered with the request id",
-    503: "overloaded: no worker can take the request now (retry-after: 1)",
-    529: "overloaded (Anthropic's status for it; retry-after: 1)",
-}
-
-
-def _request_body(model: type[BaseModel]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": S.ref(model)}}}}
-
-
-def _errors(error: dict[str, Any], statuses: tuple[int, ...]) -> dict[int | str, dict[str, Any]]:
-    return {
-        status: {"description": _STATUS_TEXT[status], "content": {"application/json": {"schema": error}}}
-        for status in statuses
-    }
-
-
-def _ok(model: type[BaseModel], description: str, event: type[BaseModel] | None = None) -> dict[str, Any]:
-    content: dict[str, Any] = {"application/json": {"schema": S.ref(model)}}
-    if event is not None:
-        # The schema of one event (as OpenAPI 3.2's itemSchema, and as schemathesis reads it):
-        # `event:` and `data:` fields, the data a JSON object of the event's schema (Chat's
-        # closing `[DONE]` is not JSON: contentSchema annotates, it does not constrain).
-        content["text/event-stream"] = {
-            "schema": {
-                "type": "object",
-                "description": inspect.cleandoc(event.__doc__ or ""),
-                "properties": {
-                    "event": {"type": "string"},
-                    "data": {
-                        "type": "string",
-                        "contentMediaType": "application/json",
-                        "contentSchema": S.ref(event),
-                    },
-                    "id": {"type": "string"},
-                    "retry": {"type": "integer"},
-                },
-            }
-        }
-    return {"description": description, "content": content}
-
-
-ANTHROPIC_ERROR = S.ref(S.AnthropicError)
-OPENAI_ERROR = S.ref(S.OpenAIError)
-_GENERATE: dict[ApiName, tuple[type[BaseModel], type[BaseModel], type[BaseModel], dict[str, str], int]] = {
-    "anthropic": (
-        S.AnthropicMessagesRequest,
-        S.AnthropicMessage,
-        S.AnthropicStreamEvent,
-        ANTHROPIC_ERROR,
-        529,
-    ),
-    "chat": (S.ChatCompletionRequest, S.ChatCompletion, S.ChatCompletionChunk, OPENAI_ERROR, 503),
-    "responses": (S.ResponsesRequest, S.ResponseObject, S.ResponsesStreamEvent, OPENAI_ERROR, 503),
-}
-
-
-def _generate_spec(api: ApiName) -> dict[str, Any]:
-    request, response, event, error, overloaded = _GENERATE[api]
-    responses: dict[int | str, dict[str, Any]] = {
-        200: _ok(
-            response,
-            "the answer; server-sent events when `stream` is true (they end with the API's "
-            "terminal event, after a failure with its error event)",
-            event,
-        ),
-        **_errors(error, (400, 401, 404, 413, 500, overloaded)),
-    }
-    if api == "responses":
-        responses[200]["links"] = _RESPONSE_LINKS
-    return {"openapi_extra": _request_body(request), "responses": responses}
-
-
-# A stored Response leads on: fetch it, delete it, or continue the conversation from it.
-_RESPONSE_ID = "$response.body#/id"
-_RESPONSE_LINKS = {
-    "GetResponse": {"operationId": "getResponse", "parameters": {"response_id": _RESPONSE_ID}},
-    "DeleteResponse": {"operationId": "deleteResponse", "parameters": {"response_id": _RESPONSE_ID}},
-    "ContinueResponse": {
-        "operationId": "createResponse",
-        "requestBody": {
-            "model": "$request.body#/model",
-            "previous_response_id": _RESPONSE_ID,
-            "input": "go on",
-        },
-        "description": "the next turn, from the stored response (`previous_response_id`)",
-    },
-}
-
-
-def _published(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document with our components, and without the 422 it assumes for parameters
-    (validation errors are the API's 400 here)."""
-    doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-    for path_item in doc.get("paths", {}).values():
-        for operation in path_item.values():
-            responses = operation.get("responses", {})
-            if responses.pop("422", None) is not None and "400" not in responses:
-                responses["400"] = {
-                    "description": _STATUS_TEXT[400],
-                    "content": {"application/json": {"schema": OPENAI_ERROR}},
-                }
-    for unused in ("HTTPValidationError", "ValidationError"):
-        schemas.pop(unused, None)
-    schemas.update(S.component_schemas())
-    return doc
 
 
 def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiName) -> Any:
@@ -308,7 +196,7 @@ def create_app(
         description="Anthropic Messages, OpenAI Chat Completions and Responses over self-hosted models.",
         lifespan=lifespan,
     )
-    app.openapi = lambda: app.openapi_schema or _cache_openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: app.openapi_schema or cached_openapi(app)  # type: ignore[method-assign]
     app.state.frontend = frontend
     app.state.drain = drain = DrainState()
     app.state.betas = betas
@@ -360,7 +248,7 @@ def create_app(
                 summary=summary,
                 tags=[api],
                 operation_id=operation_id,
-                **_generate_spec(api),
+                **generate_spec(api),
             )
 
     if "responses" in enabled:
@@ -371,8 +259,8 @@ def create_app(
             operation_id="getResponse",
             tags=["responses"],
             responses={
-                200: _ok(S.ResponseObject, "the stored Response"),
-                **_errors(OPENAI_ERROR, (401, 404)),
+                200: ok(S.ResponseObject, "the stored Response"),
+                **errors(OPENAI_ERROR, (401, 404)),
             },
         )
         async def get_response(request: Request, response_id: str) -> Response:
@@ -391,7 +279,7 @@ def create_app(
             summary="OpenAI Responses: delete a stored response",
             operation_id="deleteResponse",
             tags=["responses"],
-            responses={200: _ok(S.ResponseDeleted, "deleted"), **_errors(OPENAI_ERROR, (401, 404))},
+            responses={200: ok(S.ResponseDeleted, "deleted"), **errors(OPENAI_ERROR, (401, 404))},
         )
         async def delete_response(request: Request, response_id: str) -> Response:
             rid = new_request_id()
@@ -413,12 +301,12 @@ def create_app(
             summary="Anthropic: count input tokens",
             operation_id="countTokens",
             tags=["anthropic"],
-            openapi_extra=_request_body(S.AnthropicCountTokensRequest),
+            openapi_extra=request_body(S.AnthropicCountTokensRequest),
             responses={
-                200: _ok(
+                200: ok(
                     S.AnthropicCountTokensResponse, "exact: the real request's decode, render and tokenizer"
                 ),
-                **_errors(ANTHROPIC_ERROR, (400, 401, 404, 413, 500)),
+                **errors(ANTHROPIC_ERROR, (400, 401, 404, 413, 500)),
             },
         )
         async def count_tokens(request: Request) -> Response:
@@ -457,7 +345,7 @@ def create_app(
                     }
                 },
             },
-            **_errors({"anyOf": [ANTHROPIC_ERROR, OPENAI_ERROR]}, (400, 401)),
+            **errors({"anyOf": [ANTHROPIC_ERROR, OPENAI_ERROR]}, (400, 401)),
         },
     )
     async def list_models(
@@ -489,7 +377,7 @@ def create_app(
                     "application/json": {"schema": {"anyOf": [S.ref(S.AnthropicModel), S.ref(S.OpenAIModel)]}}
                 },
             },
-            **_errors({"anyOf": [ANTHROPIC_ERROR, OPENAI_ERROR]}, (401, 404)),
+            **errors({"anyOf": [ANTHROPIC_ERROR, OPENAI_ERROR]}, (401, 404)),
         },
     )
     async def get_model(request: Request, model_id: str) -> Response:
@@ -510,7 +398,7 @@ def create_app(
             summary="Codex model catalog ({models: [ModelInfo]})",
             operation_id="listCodexModels",
             tags=["models"],
-            responses={200: _ok(S.CodexCatalog, "the catalog"), **_errors(OPENAI_ERROR, (401,))},
+            responses={200: ok(S.CodexCatalog, "the catalog"), **errors(OPENAI_ERROR, (401,))},
         )
         async def codex_models(request: Request) -> Response:
             rid = new_request_id()
@@ -527,7 +415,7 @@ def create_app(
         return json_response({"name": "agentserve", "version": __version__, "models": models})
 
     identity_doc: dict[int | str, dict[str, Any]] = {
-        200: _ok(S.ServiceIdentity, "name, version and the served models")
+        200: ok(S.ServiceIdentity, "name, version and the served models")
     }
 
     @app.get("/", summary="Service identity", tags=["ops"], responses=identity_doc)
@@ -543,7 +431,7 @@ def create_app(
     async def root_head() -> Response:
         return identity()
 
-    @app.get("/health", summary="Liveness", tags=["ops"], responses={200: _ok(S.Health, "alive")})
+    @app.get("/health", summary="Liveness", tags=["ops"], responses={200: ok(S.Health, "alive")})
     async def health() -> Response:
         return json_response({"status": "ok"})
 
@@ -552,8 +440,8 @@ def create_app(
         summary="Readiness: at least one worker takes requests",
         tags=["ops"],
         responses={
-            200: _ok(S.Readiness, "ready"),
-            503: _ok(S.Readiness, "not ready (no worker, or draining)"),
+            200: ok(S.Readiness, "ready"),
+            503: ok(S.Readiness, "not ready (no worker, or draining)"),
         },
     )
     async def ready() -> Response:
@@ -609,8 +497,8 @@ def create_app(
             }
         },
         responses={
-            202: _ok(S.ToolEventsAccepted, "how many events were accepted and joined a request"),
-            **_errors(OPENAI_ERROR, (400, 401, 413)),
+            202: ok(S.ToolEventsAccepted, "how many events were accepted and joined a request"),
+            **errors(OPENAI_ERROR, (400, 401, 413)),
         },
     )
     async def tool_events(request: Request) -> Response:
@@ -623,11 +511,6 @@ def create_app(
         return json_response(accepted_body(records), 202, id_headers(rid))
 
     return app
-
-
-def _cache_openapi(app: FastAPI) -> dict[str, Any]:
-    app.openapi_schema = _published(app)
-    return app.openapi_schema
 
 
 def _limit(value: str | None) -> int:

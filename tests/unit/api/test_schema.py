@@ -80,7 +80,8 @@ def test_every_api_body_has_a_real_schema_and_status_codes(doc: dict[str, Any]) 
         assert error.endswith("AnthropicError" if path.startswith("/v1/messages") else "OpenAIError")
     for path in ("/v1/messages", "/v1/chat/completions", "/v1/responses"):
         ok = paths[path]["post"]["responses"]["200"]["content"]
-        event = ok["text/event-stream"]["schema"]["properties"]["data"]["contentSchema"]
+        data = ok["text/event-stream"]["schema"]["properties"]["data"]
+        event = data["anyOf"][1]["contentSchema"]["anyOf"][0] if "anyOf" in data else data["contentSchema"]
         assert event["$ref"].endswith("StreamEvent") or event["$ref"].endswith("Chunk")
     assert "529" in paths["/v1/messages"]["post"]["responses"]
     assert "503" in paths["/v1/chat/completions"]["post"]["responses"]
@@ -168,14 +169,21 @@ def test_real_answers_validate_against_their_documented_schemas(doc: dict[str, A
             assert r.status_code == 200, r.text
             Draft202012Validator({**doc, **ok["application/json"]["schema"]}).validate(r.json())
             if "text/event-stream" in ok:
-                event = ok["text/event-stream"]["schema"]["properties"]["data"]["contentSchema"]
+                data_schema = ok["text/event-stream"]["schema"]["properties"]["data"]
+                event = (
+                    data_schema["anyOf"][1]["contentSchema"]
+                    if "anyOf" in data_schema
+                    else data_schema["contentSchema"]
+                )
                 frames = client.post(endpoint, json={**body, "stream": True}, headers=headers).text.split(
                     "\n\n"
                 )
                 datas = [line[6:] for f in frames for line in f.split("\n") if line.startswith("data: ")]
                 assert len(datas) > 2
                 for data in datas:
-                    if data != "[DONE]":
+                    if data == "[DONE]":
+                        assert data_schema["anyOf"][0] == {"const": "[DONE]"}
+                    else:
                         Draft202012Validator({**doc, **event}).validate(json.loads(data))
             error = client.post(endpoint, json={**body, "model": ""}, headers=headers)
             assert error.status_code == 400

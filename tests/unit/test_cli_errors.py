@@ -42,3 +42,18 @@ def test_an_unknown_setting_in_a_config_file_is_named() -> None:
 def test_frontend_and_worker_agree_on_the_default_model_and_its_family() -> None:
     assert FrontendConfig().model == WorkerConfig().model == "qwen3-sim"
     assert family_for_model(FrontendConfig().model) is not None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["up", "--family", "nope"], "--family: unknown model family 'nope'; known families: "),
+        (["up", "--model", "foo"], "from --model 'foo': set --family (one of "),
+        (["up", "--tokenizer", "/nonexistent/tokenizer.json"], "--tokenizer /nonexistent/tokenizer.json: "),
+    ],
+)
+def test_model_flags_are_named_with_the_choices(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) != 0
+    assert expected in capsys.readouterr().err

@@ -15,9 +15,10 @@ import typing
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class ReplayPolicy(StrEnum):
@@ -37,10 +38,31 @@ class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
 
+def http_url(value: str, *, what: str, port: bool = True) -> str:
+    """`value` if it is http(s)://host[:port] (the port required when `port`), else a ValueError
+    saying the form expected, with an example."""
+    example = "http://10.0.0.5:8200" if port else "http://router:8100"
+    form = "http://host:port" if port else "http://host[:port]"
+    parts = urlsplit(value.strip())
+    try:
+        has_port = parts.port is not None
+    except ValueError:  # a port that is not a number ("Port could not be cast to integer value")
+        has_port = False
+        port = True
+    if parts.scheme not in ("http", "https") or not parts.hostname or (port and not has_port):
+        raise ValueError(f"{value!r} is not a {what} URL: expected {form}, e.g. {example}")
+    return value.strip().rstrip("/")
+
+
+def _url_list(values: list[str], what: str) -> list[str]:
+    # `--workers a,b` is how many people write a list: commas separate URLs as repeating the flag does.
+    return [http_url(part, what=what) for value in values for part in value.split(",") if part.strip()]
+
+
 class PromptConfig(_Config):
     """Settings of the prompt pipeline, shared by the frontend and the CLIs that render prompts."""
 
-    model: str = Field("agentserve-sim", description="model name served to clients")
+    model: str = Field("qwen3-sim", description="model name served to clients (its family: qwen3)")
     model_path: str | None = Field(None, description="model directory (tokenizer.json, chat template)")
     family: str | None = Field(None, description="model family (default: inferred from the model name)")
     reasoning_parser: str | None = Field(None, description="reasoning parser (default: the family's)")
@@ -114,6 +136,17 @@ class FrontendConfig(PromptConfig):
     worker_urls: list[str] = Field(
         default_factory=list, description="worker URLs for the embedded router (http://host:port)"
     )
+
+    @field_validator("worker_urls")
+    @classmethod
+    def _worker_urls(cls, value: list[str]) -> list[str]:
+        return _url_list(value, "worker")
+
+    @field_validator("router_url")
+    @classmethod
+    def _router_url(cls, value: str | None) -> str | None:
+        return None if value is None else http_url(value, what="router", port=False)
+
     call_memory_turns: int = Field(4096, ge=1, description="assistant turns kept to restore client edits")
     response_store_size: int = Field(1024, ge=1, description="stored responses for previous_response_id")
     drain_delay_s: float = Field(
@@ -179,6 +212,12 @@ class RouterConfig(_Config):
     affinity_ttl_s: float = Field(300.0, ge=0, description="session affinity lifetime in seconds")
     block_size: int = Field(32, ge=1, description="tokens per KV block (must match the workers)")
     workers: list[str] = Field(default_factory=list, description="static worker URLs")
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, value: list[str]) -> list[str]:
+        return _url_list(value, "worker")
+
     discovery: Literal["static", "kubernetes"] = Field("static", description="how workers are found")
     worker_service: str | None = Field(None, description="Kubernetes Service of the workers")
     namespace: str | None = Field(None, description="namespace of the worker Service")
@@ -210,7 +249,7 @@ class WorkerConfig(_Config):
         120.0, ge=0, description="on SIGTERM: seconds running requests get to finish before exit"
     )
     engine: Literal["sim", "trtllm"] = Field("sim", description="inference engine")
-    model: str = Field("agentserve-sim", description="model name")
+    model: str = Field("qwen3-sim", description="model name (its family: qwen3)")
     model_path: str | None = Field(None, description="model directory (weights, tokenizer)")
     family: str | None = Field(None, description="model family of the raw output format")
     block_size: int = Field(32, ge=1, description="tokens per KV block")
@@ -321,7 +360,23 @@ def load_config(model: type[C], path: Path | None = None, overrides: dict[str, A
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise ConfigError(explain(model, exc)) from None
+
+
+def explain(model: type[BaseModel], exc: ValidationError) -> str:
+    """One line per problem, naming the flag (and the config file's key) and what it takes."""
+    lines = []
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err["loc"] else ""
+        message = err["msg"].removeprefix("Value error, ")
+        if name not in model.model_fields:
+            lines.append(f"unknown setting {name!r} (see --help for the settings)")
+            continue
+        where = f"{_flag(name)} ({name})"
+        if err["type"] != "value_error":  # pydantic's own check: say what was given
+            message += f", got {err.get('input')!r}"
+        lines.append(f"{where}: {message}")
+    return "; ".join(lines)
 
 
 def config_from_args(model: type[C], args: argparse.Namespace) -> C:

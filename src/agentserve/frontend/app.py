@@ -4,8 +4,8 @@ Routes are thin: each reads the body (size-limited), checks the API key, decodes
 codec and hands over to `service.Frontend`. Every error a client can cause is answered in the
 API's own shape and status (`http.error_response`); anything unexpected is logged with its
 traceback here and answered as the API's 500 (`api_error` / `server_error`) with the request id.
-Request bodies are documented in `/openapi.json` as free-form JSON objects: the codecs validate
-them (and answer 400 in the API's shape), never FastAPI's 422.
+`/openapi.json` documents every body from `api.schema`'s models (the codecs, not the models,
+validate requests: 400 in the API's shape, never FastAPI's 422).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from agentserve import __version__
+from agentserve.api import schema as S
 from agentserve.api.catalog import anthropic_model, anthropic_models, codex_catalog, find_model, openai_model
 from agentserve.api.catalog import openai_models as openai_model_list
 from agentserve.api.errors import (
@@ -39,6 +40,15 @@ from agentserve.config import ApiName, FrontendConfig
 from agentserve.drain import DrainState
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.betas import BetaLog
+from agentserve.frontend.contract import (
+    ANTHROPIC_ERROR,
+    OPENAI_ERROR,
+    cached_openapi,
+    errors,
+    generate_spec,
+    ok,
+    request_body,
+)
 from agentserve.frontend.http import (
     RAW_SEND,
     ApiKeys,
@@ -53,35 +63,12 @@ from agentserve.frontend.http import (
     parse_json,
     read_body,
 )
-from agentserve.frontend.service import Frontend
-from agentserve.frontend.surfaces import SURFACES, AnthropicSurface
+from agentserve.frontend.service import Frontend, error_frames
+from agentserve.frontend.surfaces import SURFACES, AnthropicSurface, last_resort_frames
 from agentserve.prompt.pipeline import PromptPipeline
 from agentserve.telemetry import RequestTelemetry, Telemetry, accepted_body
 
 log = logging.getLogger("agentserve.frontend")
-
-_JSON_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"type": "object", "additionalProperties": True}}},
-    }
-}
-
-
-def _responses(stream: bool) -> dict[int | str, dict[str, Any]]:
-    ok: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
-    if stream:
-        ok["text/event-stream"] = {"schema": {"type": "string"}}
-    desc = "the API's response (server-sent events when `stream` is true)" if stream else "the API's response"
-    return {
-        200: {"description": desc, "content": ok},
-        "4XX": {"description": "an error in the API's own shape"},
-        "5XX": {"description": "overloaded or internal error, in the API's own shape"},
-    }
-
-
-def _spec(stream: bool = True) -> dict[str, Any]:
-    return {"openapi_extra": _JSON_BODY, "responses": _responses(stream)}
 
 
 def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiName) -> Any:
@@ -113,7 +100,7 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
                 # Codex reads context overflow from `response.failed` (then compacts), not a status.
                 assert decoded is not None
                 writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
-                return _one_shot_stream(writer.error(error), request_id)
+                return _one_shot_stream(error_frames(api, writer, error, request_id), request_id)
             return error_response(
                 error, surface.error_kind, request_id, close=isinstance(error, RequestTooLargeError)
             )
@@ -132,6 +119,9 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
                 ping=writer.ping,
                 ping_interval=config.ping_interval_s,
                 on_disconnect=gen.aclose,
+                on_error=lambda: last_resort_frames(
+                    api, InternalError(f"internal error (request {request_id})")
+                ),
             )
 
         async def produce() -> Response:
@@ -206,6 +196,7 @@ def create_app(
         description="Anthropic Messages, OpenAI Chat Completions and Responses over self-hosted models.",
         lifespan=lifespan,
     )
+    app.openapi = lambda: app.openapi_schema or cached_openapi(app)  # type: ignore[method-assign]
     app.state.frontend = frontend
     app.state.drain = drain = DrainState()
     app.state.betas = betas
@@ -243,12 +234,12 @@ def create_app(
     # -- the agent APIs ----------------------------------------------------------------------------
 
     enabled = set(config.apis)
-    summaries: dict[ApiName, tuple[str, str]] = {
-        "anthropic": ("/v1/messages", "Anthropic Messages: create a message"),
-        "chat": ("/v1/chat/completions", "OpenAI Chat Completions"),
-        "responses": ("/v1/responses", "OpenAI Responses"),
+    summaries: dict[ApiName, tuple[str, str, str]] = {
+        "anthropic": ("/v1/messages", "Anthropic Messages: create a message", "createMessage"),
+        "chat": ("/v1/chat/completions", "OpenAI Chat Completions", "createChatCompletion"),
+        "responses": ("/v1/responses", "OpenAI Responses", "createResponse"),
     }
-    for api, (path, summary) in summaries.items():
+    for api, (path, summary, operation_id) in summaries.items():
         if api in enabled:
             app.add_api_route(
                 path,
@@ -256,7 +247,8 @@ def create_app(
                 methods=["POST"],
                 summary=summary,
                 tags=[api],
-                **_spec(),
+                operation_id=operation_id,
+                **generate_spec(api),
             )
 
     if "responses" in enabled:
@@ -264,7 +256,12 @@ def create_app(
         @app.get(
             "/v1/responses/{response_id}",
             summary="OpenAI Responses: retrieve a stored response",
+            operation_id="getResponse",
             tags=["responses"],
+            responses={
+                200: ok(S.ResponseObject, "the stored Response"),
+                **errors(OPENAI_ERROR, (401, 404)),
+            },
         )
         async def get_response(request: Request, response_id: str) -> Response:
             rid = new_request_id()
@@ -280,7 +277,9 @@ def create_app(
         @app.delete(
             "/v1/responses/{response_id}",
             summary="OpenAI Responses: delete a stored response",
+            operation_id="deleteResponse",
             tags=["responses"],
+            responses={200: ok(S.ResponseDeleted, "deleted"), **errors(OPENAI_ERROR, (401, 404))},
         )
         async def delete_response(request: Request, response_id: str) -> Response:
             rid = new_request_id()
@@ -300,8 +299,15 @@ def create_app(
         @app.post(
             "/v1/messages/count_tokens",
             summary="Anthropic: count input tokens",
+            operation_id="countTokens",
             tags=["anthropic"],
-            **_spec(False),
+            openapi_extra=request_body(S.AnthropicCountTokensRequest),
+            responses={
+                200: ok(
+                    S.AnthropicCountTokensResponse, "exact: the real request's decode, render and tokenizer"
+                ),
+                **errors(ANTHROPIC_ERROR, (400, 401, 404, 413, 500)),
+            },
         )
         async def count_tokens(request: Request) -> Response:
             rid = new_request_id()
@@ -328,7 +334,19 @@ def create_app(
     @app.get(
         "/v1/models",
         summary="List models (Anthropic shape with anthropic-version, else OpenAI + Codex)",
+        operation_id="listModels",
         tags=["models"],
+        responses={
+            200: {
+                "description": "Anthropic's list with anthropic-version, else OpenAI's (+ Codex's models)",
+                "content": {
+                    "application/json": {
+                        "schema": {"anyOf": [S.ref(S.AnthropicModelList), S.ref(S.OpenAIModelList)]}
+                    }
+                },
+            },
+            **errors({"anyOf": [ANTHROPIC_ERROR, OPENAI_ERROR]}, (400, 401)),
+        },
     )
     async def list_models(
         request: Request, limit: str | None = None, after_id: str | None = None, before_id: str | None = None
@@ -347,7 +365,21 @@ def create_app(
             return error_response(error, shape, rid)  # type: ignore[arg-type]
         return json_response(body, headers=id_headers(rid))
 
-    @app.get("/v1/models/{model_id:path}", summary="One model (Anthropic or OpenAI shape)", tags=["models"])
+    @app.get(
+        "/v1/models/{model_id:path}",
+        summary="One model (Anthropic or OpenAI shape)",
+        operation_id="getModel",
+        tags=["models"],
+        responses={
+            200: {
+                "description": "Anthropic's shape when `anthropic-version` is sent, else OpenAI's",
+                "content": {
+                    "application/json": {"schema": {"anyOf": [S.ref(S.AnthropicModel), S.ref(S.OpenAIModel)]}}
+                },
+            },
+            **errors({"anyOf": [ANTHROPIC_ERROR, OPENAI_ERROR]}, (401, 404)),
+        },
+    )
     async def get_model(request: Request, model_id: str) -> Response:
         rid = new_request_id()
         shape = "anthropic" if wants_anthropic(request) else "openai"
@@ -364,7 +396,9 @@ def create_app(
         @app.get(
             "/backend-api/codex/models",
             summary="Codex model catalog ({models: [ModelInfo]})",
+            operation_id="listCodexModels",
             tags=["models"],
+            responses={200: ok(S.CodexCatalog, "the catalog"), **errors(OPENAI_ERROR, (401,))},
         )
         async def codex_models(request: Request) -> Response:
             rid = new_request_id()
@@ -380,19 +414,36 @@ def create_app(
         models = [m.id for m in frontend.models]
         return json_response({"name": "agentserve", "version": __version__, "models": models})
 
-    @app.get("/", summary="Service identity", tags=["ops"])
+    identity_doc: dict[int | str, dict[str, Any]] = {
+        200: ok(S.ServiceIdentity, "name, version and the served models")
+    }
+
+    @app.get("/", summary="Service identity", tags=["ops"], responses=identity_doc)
     async def root() -> Response:
         return identity()
 
-    @app.head("/", summary="Connectivity probe (Claude Code sends HEAD / at start)", tags=["ops"])
+    @app.head(
+        "/",
+        summary="Connectivity probe (Claude Code sends HEAD / at start)",
+        tags=["ops"],
+        responses=identity_doc,
+    )
     async def root_head() -> Response:
         return identity()
 
-    @app.get("/health", summary="Liveness", tags=["ops"])
+    @app.get("/health", summary="Liveness", tags=["ops"], responses={200: ok(S.Health, "alive")})
     async def health() -> Response:
         return json_response({"status": "ok"})
 
-    @app.get("/ready", summary="Readiness: at least one worker takes requests", tags=["ops"])
+    @app.get(
+        "/ready",
+        summary="Readiness: at least one worker takes requests",
+        tags=["ops"],
+        responses={
+            200: ok(S.Readiness, "ready"),
+            503: ok(S.Readiness, "not ready (no worker, or draining)"),
+        },
+    )
     async def ready() -> Response:
         # The key's fingerprint (never the key): replicas behind one Service must show the same one.
         ready = backend.ready and not drain.draining
@@ -404,7 +455,17 @@ def create_app(
         }
         return json_response(body, 200 if ready else 503)
 
-    @app.get("/metrics", summary="Prometheus metrics", tags=["ops"])
+    @app.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        tags=["ops"],
+        responses={
+            200: {
+                "description": "the Prometheus text exposition format",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        },
+    )
     async def metrics() -> Response:
         data, content_type = frontend.telemetry.metrics.exposition()
         return Response(data, media_type=content_type)
@@ -412,12 +473,32 @@ def create_app(
     @app.post(
         "/v1/agent/tool_events",
         summary="Harness tool events (start/end/error), joined to the request that dispatched the call",
+        operation_id="submitToolEvents",
         tags=["telemetry"],
         status_code=202,
-        openapi_extra=_JSON_BODY,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "anyOf": [
+                                S.ref(S.ToolEvent),
+                                {
+                                    "type": "array",
+                                    "items": S.ref(S.ToolEvent),
+                                    "minItems": 1,
+                                    "maxItems": 100,
+                                },
+                            ]
+                        }
+                    }
+                },
+            }
+        },
         responses={
-            202: {"description": "`{accepted, joined}`"},
-            "4XX": {"description": "OpenAI error shape"},
+            202: ok(S.ToolEventsAccepted, "how many events were accepted and joined a request"),
+            **errors(OPENAI_ERROR, (400, 401, 413)),
         },
     )
     async def tool_events(request: Request) -> Response:

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from agentserve.api._check import check_surrogates
 from agentserve.api.errors import (
     ApiError,
     ApiKind,
@@ -27,6 +29,8 @@ from agentserve.api.errors import (
 )
 from agentserve.api.ids import new_id
 from agentserve.api.sse import dumps
+
+log = logging.getLogger("agentserve.frontend")
 
 API_KEYS_ENV = "AGENTSERVE_API_KEYS"  # comma-separated; added to the keys of `api_keys_file`
 
@@ -47,7 +51,10 @@ def id_headers(request_id: str) -> dict[str, str]:
 
 
 def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(dumps(body), status, headers=dict(headers or {}), media_type="application/json")
+    # backslashreplace: a lone surrogate that reached a body (an echoed value) becomes its JSON
+    # escape instead of an exception; valid text costs nothing extra.
+    content = dumps(body).encode("utf-8", "backslashreplace")
+    return Response(content, status, headers=dict(headers or {}), media_type="application/json")
 
 
 def error_response(error: ApiError, kind: ApiKind, request_id: str, *, close: bool = False) -> Response:
@@ -89,11 +96,13 @@ def parse_json(body: bytes) -> Any:
     if not body.strip():
         raise InvalidRequestError("the request body is empty; expected a JSON object")
     try:
-        return json.loads(body)
+        value = json.loads(body)
     except RecursionError:
         raise InvalidRequestError("the request body is nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
+    check_surrogates(value, body)  # json.loads lets lone surrogates through; nothing after us can
+    return value
 
 
 # -- API keys ----------------------------------------------------------------------------------
@@ -167,7 +176,9 @@ class EventStreamResponse(Response):
     middleware stack above this response (measured ~2 µs per frame at 256 streams). While the
     stream is idle for `ping_interval` seconds a `ping()` frame goes out (keeps proxies and client
     idle timers awake during a long prefill). A client that disconnects stops the stream at once:
-    `produce` is cancelled and `on_disconnect` runs (it aborts the engine request).
+    `produce` is cancelled and `on_disconnect` runs (it aborts the engine request). If `produce`
+    fails, `on_error()` is the last chunk (the API's error event and terminal frame); a failure of
+    that, or of the last write, is logged and the body ended: the server never sees an exception.
     """
 
     def __init__(
@@ -178,8 +189,10 @@ class EventStreamResponse(Response):
         ping: Callable[[], bytes],
         ping_interval: float,
         on_disconnect: Callable[[], Awaitable[None]],
+        on_error: Callable[[], bytes] = lambda: b"",
     ) -> None:
         super().__init__(status_code=200)
+        self._on_error = on_error
         self._produce = produce
         self._ping = ping
         self._interval = ping_interval
@@ -226,11 +239,15 @@ class EventStreamResponse(Response):
         if self._interval > 0:
             tasks.append(asyncio.ensure_future(pinger()))
         last = b""
+        failed = False
         try:
             last = await body
         except asyncio.CancelledError:
             if not gone:
                 raise  # this request's task was cancelled (the server is stopping), and `body` with it
+        except Exception:
+            log.exception("the event stream failed")
+            failed = True
         finally:
             for task in tasks:
                 if task is not watcher or not gone:  # a watcher that saw the disconnect is aborting
@@ -238,8 +255,18 @@ class EventStreamResponse(Response):
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        if not gone:
+        if gone:
+            return
+        if failed:
+            try:
+                last = self._on_error()  # the API's error event and terminal frame
+            except Exception:
+                log.exception("the event stream's error event failed")
+                last = b""
+        try:
             await raw({"type": "http.response.body", "body": last, "more_body": False})
+        except Exception:  # the connection broke as the stream ended: the server closes it
+            log.debug("the event stream's last frame was not sent", exc_info=True)
 
 
 class DeferredResponse(Response):

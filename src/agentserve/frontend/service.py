@@ -47,7 +47,13 @@ from agentserve.frontend.plan import (
 )
 from agentserve.frontend.relay import Relay
 from agentserve.frontend.retention import RetentionInputs, RetentionPolicy, RetentionTracker, decide_retention
-from agentserve.frontend.surfaces import Context, StreamWriter, Surface, stream_response_id
+from agentserve.frontend.surfaces import (
+    Context,
+    StreamWriter,
+    Surface,
+    last_resort_frames,
+    stream_response_id,
+)
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
@@ -86,6 +92,16 @@ class Prepared:
         # The name the client asked for: the real APIs answer with the model the client named (or
         # its resolved snapshot); harnesses send their own names and some compare them.
         return self.request.options.model
+
+
+def error_frames(api: ApiName, writer: StreamWriter, error: ApiError, request_id: str) -> bytes:
+    """The stream's error event and terminal frame; if the encoder fails at that too, frames built
+    without it (`last_resort_frames`): a stream always ends with its API's terminal event."""
+    try:
+        return writer.error(error)
+    except Exception:
+        log.exception("%s: the stream's error event failed", request_id)
+        return last_resort_frames(api, error)
 
 
 class Frontend:
@@ -354,22 +370,31 @@ class Frontend:
         reason: FinishReason = "abort"  # until the stream ends on its own (a disconnect leaves it)
         relay = Relay(gen, writer, p.trace, write)
         try:
+            error: ApiError | None = None
             try:
                 await relay.run()
                 if gen.finish is not None:
                     reason = gen.finish.reason
             except WorkerLostError as exc:
                 log.warning("%s: %s", p.request_id, exc)
-                reason = "error"
-                relay.pending.append(writer.error(OverloadedError(WORKER_LOST)))
+                error = OverloadedError(WORKER_LOST)
             except Exception:
                 log.exception("%s: the stream failed", p.request_id)
+                error = InternalError(f"internal error (request {p.request_id})")
+            if error is not None:
                 reason = "error"
-                relay.pending.append(writer.error(InternalError(f"internal error (request {p.request_id})")))
-            await self._after(p, gen, relay.events, stream_response_id(writer) or p.request_id)
+                relay.pending.append(error_frames(p.surface.name, writer, error, p.request_id))
+            else:
+                try:
+                    await self._after(p, gen, relay.events, stream_response_id(writer) or p.request_id)
+                except Exception:  # the client has its whole answer: remembering it is ours to fix
+                    log.exception("%s: after the turn", p.request_id)
         finally:
-            await gen.release()
-            self._finished(p, gen, reason, relay.events)
+            try:
+                await gen.release()
+                self._finished(p, gen, reason, relay.events)
+            except Exception:  # bookkeeping must not cost the client its stream's end
+                log.exception("%s: after the stream", p.request_id)
         return b"".join(relay.pending)
 
     async def complete(self, p: Prepared, gen: Generation) -> dict[str, object]:

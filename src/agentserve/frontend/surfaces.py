@@ -21,7 +21,7 @@ from agentserve.api.memory import CallMemory
 from agentserve.api.request import DecodedRequest, ResponsesRequest
 from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
-from agentserve.api.sse import PING_COMMENT
+from agentserve.api.sse import DONE, PING_COMMENT, dumps
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName
 from agentserve.conversation import Finish, OutputEvent, Usage
@@ -248,6 +248,23 @@ class ResponsesSurface:
         self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
     ) -> None:
         ctx.store.remember(_responses_request(request), response_id, turn.message(), scope)
+
+
+def last_resort_frames(api: ApiName, error: ApiError) -> bytes:
+    """The API's error event and terminal frame, built without the stream's encoder: what ends a
+    stream whose encoder itself failed. Anthropic: an `error` event (the SDKs raise on it and stop);
+    Chat: an error chunk, then `[DONE]`; Responses: an `error` event (its terminal event on failure)."""
+    if api == "anthropic":
+        return anthropic.error_event(error)
+    if api == "chat":
+        return ("data: " + dumps(error.openai_body()) + "\n\n").encode() + DONE
+    body = {
+        "type": "error",
+        "code": error.code or error.openai_type,
+        "message": error.message,
+        "param": error.param,
+    }
+    return ("event: error\ndata: " + dumps(body) + "\n\n").encode()
 
 
 def stream_response_id(writer: StreamWriter) -> str | None:

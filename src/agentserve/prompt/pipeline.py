@@ -17,7 +17,7 @@ from typing import Any
 
 from agentserve.config import PromptConfig, ReplayPolicy
 from agentserve.conversation import Conversation
-from agentserve.families import Family, UnknownFamilyError, family_for_model, get_family
+from agentserve.families import FAMILIES, Family, UnknownFamilyError, family_for_model, get_family
 from agentserve.families.compose import ParserChoiceError, with_parsers
 from agentserve.prompt.hashing import block_hashes
 from agentserve.prompt.markup import FamilyMarkup, family_markup, family_template
@@ -87,11 +87,14 @@ def resolve_family(config: PromptConfig) -> Family:
         try:
             family = get_family(config.family)
         except UnknownFamilyError as exc:
-            raise TemplateLoadError(str(exc)) from exc
+            raise TemplateLoadError(f"--family: {exc}") from exc
     else:
         inferred = family_for_model(config.model)
         if inferred is None:
-            raise TemplateLoadError(f"cannot infer the model family from {config.model!r}; set --family")
+            known = ", ".join(sorted(f.name for f in FAMILIES))
+            raise TemplateLoadError(
+                f"cannot infer the model family from --model {config.model!r}: set --family (one of {known})"
+            )
         family = inferred
     try:
         return with_parsers(family, config.reasoning_parser, config.tool_call_parser)

@@ -53,7 +53,11 @@ def static_endpoints(urls: Iterable[str]) -> dict[str, WorkerEndpoint]:
     for raw in urls:
         url = raw.strip().rstrip("/")
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname or parts.port is None:
+        try:
+            port = parts.port
+        except ValueError:  # not a number
+            port = None
+        if parts.scheme != "http" or not parts.hostname or port is None:
             raise ValueError(f"a worker is http://host:port, not {raw!r}")
         out[url] = WorkerEndpoint(url, url)
     return out

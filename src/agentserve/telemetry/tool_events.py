@@ -31,7 +31,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, get_args
 
-from agentserve.api._check import at, expect_dict, expect_list, opt_dict, opt_int, opt_number, opt_str
+from agentserve.api._check import (
+    at,
+    check_surrogates,
+    expect_dict,
+    expect_list,
+    opt_dict,
+    opt_int,
+    opt_number,
+    opt_str,
+)
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.nvext import MAX_ID_LENGTH, is_valid_id
 from agentserve.telemetry.trace import SCHEMA, DispatchedCall
@@ -340,8 +349,12 @@ def decode_tool_events(body: bytes | str, *, received_unix_ms: float) -> list[To
         raise _fail(f"body larger than {MAX_BODY_BYTES} bytes", "body")
     try:
         value = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise _fail("body is not valid JSON", "body") from None
+    try:
+        check_surrogates(value, raw)  # no record (a trace line, a metric label) gets invalid text
+    except InvalidRequestError as exc:
+        raise _fail(exc.message, exc.param or "body") from None
     if isinstance(value, list):
         items = _checked(expect_list, value, "body")
         if not items:

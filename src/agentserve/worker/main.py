@@ -52,7 +52,10 @@ def build_engine(config: WorkerConfig) -> Engine:
     try:
         tokenizer = load_tokenizer(config.tokenizer, config.model_path)
     except Exception as exc:  # tokenizers raises its own exception type for unreadable files
-        raise ConfigError(f"cannot load the tokenizer: {exc}") from exc
+        where = f"--tokenizer {config.tokenizer}" if config.tokenizer else f"--model-path {config.model_path}"
+        if config.tokenizer is None and config.model_path is None:
+            where = "the embedded tokenizer"
+        raise ConfigError(f"{where}: cannot load the tokenizer: {exc}") from exc
     sim = SimConfig(
         num_blocks=config.sim_kv_blocks,
         host_blocks=config.sim_host_kv_blocks,

@@ -102,7 +102,9 @@ def test_openapi_matches_the_routes(fast: Served) -> None:
     paths = spec["paths"]
     for path in ("/v1/messages", "/v1/messages/count_tokens", "/v1/chat/completions", "/v1/responses"):
         body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        assert body == {"type": "object", "additionalProperties": True}
+        assert body["$ref"].startswith(
+            "#/components/schemas/"
+        )  # the real schemas: tests/unit/api/test_schema.py
         assert "422" not in paths[path]["post"]["responses"]  # our decoders answer 400, never 422
     assert "text/event-stream" in paths["/v1/messages"]["post"]["responses"]["200"]["content"]
     assert {"get", "head"} <= set(paths["/"])

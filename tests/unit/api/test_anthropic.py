@@ -356,6 +356,7 @@ def test_options_mapping() -> None:
         "top_p": 0.9,
         "top_k": 40,
         "stop_sequences": ["END", "\n\nHuman:"],
+        "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],  # tool_choice must name one
         "tool_choice": {"type": "tool", "name": "Bash", "disable_parallel_tool_use": True},
         "thinking": {"type": "enabled", "budget_tokens": 2048},
         "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
@@ -484,7 +485,7 @@ def one(role: str, *blocks: dict[str, Any]) -> list[dict[str, Any]]:
         (body_with(messages=one("user", {"type": "thinking", "thinking": "x"})), "messages[0].content[0]"),
         (body_with(system=[{"type": "image"}]), "system[0].type"),
         (body_with(tools=[{"name": "x"}]), "tools[0].input_schema"),
-        (body_with(tools=[{"name": "x", "input_schema": {}}] * 2), "tools[1].name"),
+        (body_with(tools=[{"name": "x", "input_schema": {"type": "object"}}] * 2), "tools[1].name"),
         (body_with(tool_choice={"type": "maybe"}), "tool_choice.type"),
         (body_with(temperature=1.5), "temperature"),
         (body_with(max_tokens=4000, thinking={"type": "enabled"}), "thinking.budget_tokens"),

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from agentserve.api._check import (
     at,
+    check_depth,
     expect_dict,
     expect_list,
     missing,
+    object_schema,
     one_of,
     opt_bool,
     opt_dict,
     opt_int,
     opt_number,
     opt_str,
+    req_name,
     req_str,
     str_list,
     wrong_type,
@@ -64,6 +68,15 @@ _SERVER_BLOCKS = frozenset(
 )  # fmt: skip
 _EFFORTS = ("low", "medium", "high", "max", "xhigh")
 MAX_TOOL_NAME = 256
+# Anthropic's server tools are versioned tags (`web_search_20250305`, `bash_20250124`, …).
+_SERVER_TOOL = re.compile(r"^[a-z][a-z0-9_]*_\d{8}$|^mcp_toolset$")
+
+
+def _not_a_tool(kind: str) -> str:
+    return (
+        f"tool type {kind!r} is not an Anthropic tool: send {{name, description, input_schema}} "
+        "(type 'custom' or none), or a versioned server tool"
+    )
 
 
 def _dumps_input(value: Any) -> str:
@@ -80,6 +93,7 @@ class _Decoder:
         self.signer = signer
         self.call_names: dict[str, str] = {}
         self.ignored: list[str] = []
+        self.server_tools: set[str] = set()  # names of server tools (ignored, but tool_choice may name one)
         self.restored = 0
 
     # -- content --------------------------------------------------------------------------------
@@ -143,6 +157,7 @@ class _Decoder:
         value = block.get("input")
         if type(value) is not dict:
             raise wrong_type(at(path, "input"), "an object", value)
+        check_depth(value, at(path, "input"))
         arguments = None
         if self.memory is not None:
             arguments = self.memory.restore_arguments(call_id, name, value, self.scope)
@@ -295,8 +310,15 @@ class _Decoder:
             if kind is not None and kind != "custom":
                 if type(kind) is not str:
                     raise wrong_type(at(tpath, "type"), "a string", kind)
+                if not _SERVER_TOOL.match(kind):
+                    # Anthropic answers a tag it does not know (an OpenAI `function` tool) with a 400.
+                    raise InvalidRequestError(_not_a_tool(kind), param=at(tpath, "type"))
                 self.ignored.append(tpath)  # a server tool (web_search_…): we cannot run it
+                if type(tool.get("name")) is str:
+                    self.server_tools.add(tool["name"])
                 continue
+            if "function" in tool and "input_schema" not in tool:
+                raise InvalidRequestError(_not_a_tool("function"), param=tpath)
             name = req_str(tool, "name", tpath, nonempty=True)
             if len(name) > MAX_TOOL_NAME:
                 raise InvalidRequestError(
@@ -308,7 +330,10 @@ class _Decoder:
             schema = tool.get("input_schema")
             if schema is None:
                 raise missing(at(tpath, "input_schema"))
-            schema = expect_dict(schema, at(tpath, "input_schema"))
+            schema = check_depth(expect_dict(schema, at(tpath, "input_schema")), at(tpath, "input_schema"))
+            # An object's schema: Anthropic requires `type: object`; one without `type` (seen in
+            # the wild) is accepted, any other type refused.
+            object_schema(schema, at(tpath, "input_schema"))
             specs.append(ToolSpec(name, opt_str(tool, "description", tpath) or "", schema))
         return tuple(specs)
 
@@ -371,7 +396,7 @@ def _output_config(value: Any, path: str) -> tuple[str | None, ResponseFormat | 
         schema = opt_dict(raw_format, "schema", fpath)
         if schema is None:
             raise missing(at(fpath, "schema"))
-        fmt = ResponseFormat("json_schema", schema)
+        fmt = ResponseFormat("json_schema", check_depth(schema, at(fpath, "schema")))
     return effort, fmt
 
 
@@ -380,7 +405,7 @@ def _decode(
 ) -> AnthropicRequest:
     b = expect_dict(body, "body")
     d = _Decoder(memory, memory_scope, signer)
-    model = req_str(b, "model", "", nonempty=True)
+    model = req_name(b, "model", "")
     max_tokens = opt_int(b, "max_tokens", "", minimum=0)
     if max_tokens is None and not count_tokens:
         raise missing("max_tokens")
@@ -388,8 +413,28 @@ def _decode(
     messages = d.messages(b.get("messages"), "messages")
     tools = d.tools(b.get("tools"), "tools")
     tool_choice, parallel = _tool_choice(b.get("tool_choice"), "tool_choice")
+    offered = d.server_tools.union(t.name for t in tools)
+    if tool_choice.mode == "named" and tool_choice.name not in offered:
+        raise InvalidRequestError(
+            f"tool_choice names tool {tool_choice.name!r}, which is not in tools",
+            param="tool_choice.name",
+        )
     mode, budget, display = _thinking(b.get("thinking"), "thinking", max_tokens)
     effort, fmt = _output_config(b.get("output_config"), "output_config")
+    if max_tokens == 0:
+        # A cache pre-warm: the real API refuses it with streaming, thinking or structured output.
+        for key, clash in (
+            ("stream", b.get("stream") is True),
+            ("thinking", mode in ("enabled", "adaptive")),
+        ):
+            if clash:
+                raise InvalidRequestError(
+                    f"max_tokens 0 (a cache pre-warm) cannot be used with {key}", param="max_tokens"
+                )
+        if fmt is not None:
+            raise InvalidRequestError(
+                "max_tokens 0 (a cache pre-warm) cannot be used with output_config.format", param="max_tokens"
+            )
     stop = str_list(b["stop_sequences"], "stop_sequences") if b.get("stop_sequences") is not None else ()
 
     user_id = None
@@ -398,7 +443,7 @@ def _decode(
         user_id = opt_str(metadata, "user_id", "metadata")
         if user_id is not None and len(user_id) > 4096:
             raise InvalidRequestError("must be at most 4096 characters", param="metadata.user_id")
-    context_management = opt_dict(b, "context_management", "")
+    context_management = check_depth(opt_dict(b, "context_management", ""), "context_management")
     opt_dict(b, "cache_control", "")  # accepted, ignored: our prefix cache needs no breakpoints
     nvext = parse_nvext(b.get("nvext"))
 

@@ -7,15 +7,18 @@ from typing import Any
 
 from agentserve.api._check import (
     at,
+    check_depth,
     expect_dict,
     expect_list,
     missing,
+    object_schema,
     one_of,
     opt_bool,
     opt_dict,
     opt_int,
     opt_number,
     opt_str,
+    req_name,
     req_str,
     wrong_type,
 )
@@ -44,6 +47,8 @@ from agentserve.conversation import (
     ToolSpec,
 )
 
+MAX_STOP = 4  # OpenAI's limit; more is its 400
+MAX_TOOLS = 128  # OpenAI's limit on Chat tools
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _KNOWN_FIELDS = frozenset(
     {
@@ -108,8 +113,9 @@ class _Decoder:
 
     def assistant(self, m: dict[str, Any], path: str) -> Message:
         reasoning = opt_str(m, "reasoning_content", path)
+        alternative = opt_str(m, "reasoning", path)  # checked even when reasoning_content is set
         if reasoning is None:
-            reasoning = opt_str(m, "reasoning", path)
+            reasoning = alternative
         parts: list[Part] = []
         if reasoning:
             parts.append(Reasoning(reasoning))
@@ -216,20 +222,25 @@ class _Decoder:
         seen: set[str] = set()
 
         def add(function: dict[str, Any], path: str) -> None:
-            name = req_str(function, "name", path, nonempty=True)
+            name = req_name(function, "name", path)
             if name in seen:
                 raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(path, "name"))
             seen.add(name)
-            parameters = opt_dict(function, "parameters", path)
+            parameters = check_depth(opt_dict(function, "parameters", path), at(path, "parameters"))
+            object_schema(parameters, at(path, "parameters"))
             specs.append(ToolSpec(name, opt_str(function, "description", path) or "", parameters or {}))
 
         tools = b.get("tools")
         if tools is not None:
+            if len(expect_list(tools, "tools")) > MAX_TOOLS:
+                raise InvalidRequestError(f"at most {MAX_TOOLS} tools are allowed", param="tools")
             for i, raw in enumerate(expect_list(tools, "tools")):
                 path = at("tools", i)
                 tool = expect_dict(raw, path)
                 kind = tool.get("type", "function")
                 if kind != "function":
+                    if type(kind) is not str:
+                        raise wrong_type(at(path, "type"), "a string", kind)
                     self.ignored.append(path)
                     continue
                 add(expect_dict(tool.get("function"), at(path, "function")), at(path, "function"))
@@ -241,18 +252,20 @@ class _Decoder:
 
 
 def _tool_choice(b: dict[str, Any]) -> ToolChoice:
-    value = b.get("tool_choice")
-    path = "tool_choice"
-    if value is None and b.get("function_call") is not None:
-        value, path = b["function_call"], "function_call"
-        if type(value) is dict:
-            return ToolChoice("named", req_str(value, "name", path, nonempty=True))
+    legacy = _choice(b.get("function_call"), "function_call", legacy=True)  # checked even when unused
+    choice = _choice(b.get("tool_choice"), "tool_choice", legacy=False)
+    return choice or legacy or ToolChoice()
+
+
+def _choice(value: Any, path: str, *, legacy: bool) -> ToolChoice | None:
     if value is None:
-        return ToolChoice()
+        return None
     if type(value) is str:
         mode = one_of(value, ("auto", "none", "required"), path)
         return ToolChoice(mode)  # type: ignore[arg-type]
     choice = expect_dict(value, path)
+    if legacy:  # function_call: {"name": ...}
+        return ToolChoice("named", req_str(choice, "name", path, nonempty=True))
     one_of(req_str(choice, "type", path), ("function",), at(path, "type"))
     function = expect_dict(choice.get("function"), at(path, "function"))
     return ToolChoice("named", req_str(function, "name", at(path, "function"), nonempty=True))
@@ -271,7 +284,9 @@ def _response_format(b: dict[str, Any]) -> ResponseFormat | None:
         spec = expect_dict(value.get("json_schema"), "response_format.json_schema")
         return ResponseFormat(
             "json_schema",
-            opt_dict(spec, "schema", "response_format.json_schema"),
+            check_depth(
+                opt_dict(spec, "schema", "response_format.json_schema"), "response_format.json_schema.schema"
+            ),
             opt_str(spec, "name", "response_format.json_schema"),
             opt_bool(spec, "strict", "response_format.json_schema"),
         )
@@ -285,6 +300,8 @@ def _stop(b: dict[str, Any]) -> tuple[str, ...]:
     if type(value) is str:
         return (value,)
     items = expect_list(value, "stop")
+    if len(items) > MAX_STOP:
+        raise InvalidRequestError(f"at most {MAX_STOP} stop sequences are allowed", param="stop")
     for i, item in enumerate(items):
         if type(item) is not str:
             raise wrong_type(at("stop", i), "a string", item)
@@ -295,12 +312,24 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
     """Decode a `POST /v1/chat/completions` body (already parsed JSON). Raises only ApiError."""
     b = expect_dict(body, "body")
     d = _Decoder(memory, memory_scope)
-    model = req_str(b, "model", "", nonempty=True)
+    model = req_name(b, "model", "")
     n = opt_int(b, "n", "")
     if n is not None and n != 1:
         raise InvalidRequestError("only n=1 is supported: send one request per choice", param="n")
     system, messages = d.messages(b.get("messages"))
     tools = d.tools(b)
+    tool_choice = _tool_choice(b)
+    if tool_choice.mode == "named" and all(t.name != tool_choice.name for t in tools):
+        # OpenAI answers 400: a forced call of a function the model was not given.
+        param = "tool_choice" if b.get("tool_choice") is not None else "function_call"
+        if not tools:
+            raise InvalidRequestError(
+                f"Invalid value for '{param}': '{param}' is only allowed when 'tools' are specified.",
+                param=param,
+            )
+        raise InvalidRequestError(
+            f"Invalid value for '{param}': function {tool_choice.name!r} is not in tools", param=param
+        )
     max_tokens = opt_int(b, "max_completion_tokens", "", minimum=0)
     if max_tokens is None:
         max_tokens = opt_int(b, "max_tokens", "", minimum=0)
@@ -311,7 +340,7 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
     effort = opt_str(b, "reasoning_effort", "")
     if effort is not None:
         one_of(effort, _EFFORTS, "reasoning_effort")
-    kwargs = opt_dict(b, "chat_template_kwargs", "") or {}
+    kwargs = check_depth(opt_dict(b, "chat_template_kwargs", ""), "chat_template_kwargs") or {}
     mode: ThinkingMode = "default"
     thinking = kwargs.get("enable_thinking", kwargs.get("thinking"))
     if type(thinking) is bool:
@@ -333,7 +362,7 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
         presence_penalty=opt_number(b, "presence_penalty", "", minimum=-2.0, maximum=2.0),
         frequency_penalty=opt_number(b, "frequency_penalty", "", minimum=-2.0, maximum=2.0),
         stream=bool(opt_bool(b, "stream", "")),
-        tool_choice=_tool_choice(b),
+        tool_choice=tool_choice,
         parallel_tool_calls=opt_bool(b, "parallel_tool_calls", "") is not False,
         reasoning=ReasoningOptions(mode=mode, effort=effort),
         response_format=_response_format(b),

@@ -232,7 +232,8 @@ class ChatStreamEncoder:
         if self._done:
             return b""
         self._done = True
-        return ("data: " + dumps(error.openai_body()) + "\n\n").encode()
+        # `[DONE]` after the error chunk: every stream ends with it (clients wait for it to close).
+        return ("data: " + dumps(error.openai_body()) + "\n\n").encode() + DONE
 
 
 def build_chat_completion(

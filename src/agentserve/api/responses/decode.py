@@ -6,16 +6,21 @@ import json
 from typing import Any
 
 from agentserve.api._check import (
+    MAX_DEPTH,
     at,
+    check_depth,
     expect_dict,
     expect_list,
     missing,
+    object_schema,
     one_of,
+    openai_metadata,
     opt_bool,
     opt_dict,
     opt_int,
     opt_number,
     opt_str,
+    req_name,
     req_str,
     str_list,
     wrong_type,
@@ -190,7 +195,8 @@ class _Decoder:
             elif kind in ("function_call_output", "custom_tool_call_output"):
                 self.output(item, path)
             elif kind == "additional_tools":
-                self.add_tools(item.get("tools"), at(path, "tools"))
+                tools = check_depth(item.get("tools"), at(path, "tools"), max_depth=MAX_DEPTH + 2)
+                self.add_tools(tools, at(path, "tools"))
             elif kind in _HOSTED_ITEMS:
                 self.ignored.append(path)
             elif kind == "item_reference":
@@ -214,12 +220,13 @@ class _Decoder:
             if kind not in ("function", "custom"):
                 self.ignored.append(tpath)  # hosted tools run on OpenAI's side, not here
                 continue
-            name = req_str(tool, "name", tpath, nonempty=True)
+            name = req_name(tool, "name", tpath)
             if name in self.tool_kinds:
                 raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(tpath, "name"))
             description = opt_str(tool, "description", tpath) or ""
             if kind == "function":
-                parameters = opt_dict(tool, "parameters", tpath) or {"type": "object", "properties": {}}
+                parameters = object_schema(opt_dict(tool, "parameters", tpath), at(tpath, "parameters"))
+                parameters = parameters or {"type": "object", "properties": {}}
             else:
                 opt_dict(tool, "format", tpath)
                 parameters = custom_tool_parameters()
@@ -237,7 +244,8 @@ def _tool_choice(value: Any) -> ToolChoice:
     if kind in ("function", "custom"):
         return ToolChoice("named", req_str(choice, "name", "tool_choice", nonempty=True))
     if kind == "allowed_tools":
-        mode = opt_str(choice, "mode", "tool_choice") or "auto"
+        mode = opt_str(choice, "mode", "tool_choice")
+        mode = "auto" if mode is None else mode
         return ToolChoice(one_of(mode, ("auto", "required"), "tool_choice.mode"))  # type: ignore[arg-type]
     return ToolChoice()  # a hosted tool: nothing we can force
 
@@ -258,7 +266,7 @@ def _text(value: Any) -> tuple[str | None, ResponseFormat | None]:
         if kind == "json_schema":
             fmt = ResponseFormat(
                 "json_schema",
-                opt_dict(raw, "schema", "text.format"),
+                check_depth(opt_dict(raw, "schema", "text.format"), "text.format.schema"),
                 opt_str(raw, "name", "text.format"),
                 opt_bool(raw, "strict", "text.format"),
             )
@@ -274,7 +282,7 @@ def decode_responses(
     `previous_response_id` is looked up under `scope` (the caller's API key) only."""
     b = expect_dict(body, "body")
     d = _Decoder(signer)
-    model = req_str(b, "model", "", nonempty=True)
+    model = req_name(b, "model", "")
     instructions = opt_str(b, "instructions", "")
     if instructions:
         d.system.append(Text(instructions))
@@ -299,15 +307,15 @@ def decode_responses(
         if type(value) is not str and type(value) is not list:
             raise wrong_type("input", "a string or an array of input items", value)
         d.items(value)
-    d.add_tools(b.get("tools"), "tools")
+    d.add_tools(check_depth(b.get("tools"), "tools", max_depth=MAX_DEPTH + 2), "tools")
 
     reasoning = opt_dict(b, "reasoning", "") or {}
     effort = opt_str(reasoning, "effort", "reasoning")
     if effort is not None:
         one_of(effort, _EFFORTS, "reasoning.effort")
-    summary = opt_str(reasoning, "summary", "reasoning") or opt_str(
-        reasoning, "generate_summary", "reasoning"
-    )
+    summary = opt_str(reasoning, "summary", "reasoning")
+    if summary is None:
+        summary = opt_str(reasoning, "generate_summary", "reasoning")
     if summary is not None:
         one_of(summary, _SUMMARIES, "reasoning.summary")
     verbosity, fmt = _text(b.get("text"))
@@ -320,7 +328,7 @@ def decode_responses(
     truncation = opt_str(b, "truncation", "")
     if truncation is not None:
         one_of(truncation, ("auto", "disabled"), "truncation")
-    metadata = opt_dict(b, "metadata", "")
+    metadata = openai_metadata(opt_dict(b, "metadata", ""), "metadata")
     nvext = parse_nvext(b.get("nvext"))
     if b.get("background"):
         raise InvalidRequestError("background responses are not supported", param="background")
@@ -332,6 +340,10 @@ def decode_responses(
             d.ignored.append(key)
 
     tool_choice = _tool_choice(b.get("tool_choice"))
+    if tool_choice.mode == "named" and tool_choice.name not in d.tool_kinds:
+        raise InvalidRequestError(
+            f"Tool choice {tool_choice.name!r} not found in 'tools' parameter.", param="tool_choice"
+        )
     options = GenerationOptions(
         model=model,
         max_tokens=opt_int(b, "max_output_tokens", "", minimum=1),

@@ -92,14 +92,13 @@ class CallMemory:
             return None
         return call.arguments
 
-    def restore_turn(
-        self, sent: Message, sent_reasoning: str | None, separator: str, scope: str = ""
-    ) -> Message | None:
+    def restore_turn(self, sent: Message, sent_reasoning: str | None, scope: str = "") -> Message | None:
         """The remembered turn that `sent` (a flattened echo of it) describes, or None.
 
         `sent` carries the client's calls and text; `sent_reasoning` is its flat reasoning field
-        (None or "" when dropped), which must otherwise equal the remembered segments joined by
-        `separator`. All-or-nothing: an edited turn is the client's to keep.
+        (None or "" when dropped), which must otherwise hold the remembered segments in order,
+        joined by whitespace of any kind (`same_reasoning`). All-or-nothing: an edited turn is the
+        client's to keep.
         """
         calls = sent.tool_calls
         if not calls:
@@ -117,8 +116,31 @@ class CallMemory:
                 return None
         if "".join(p.text for p in turn.parts if isinstance(p, Text)).strip() != sent.text.strip():
             return None
-        if sent_reasoning:
-            segments = separator.join(p.text for p in turn.parts if isinstance(p, Reasoning))
-            if segments.strip() != sent_reasoning.strip():
-                return None
+        if sent_reasoning and not same_reasoning(
+            [p.text for p in turn.parts if isinstance(p, Reasoning)], sent_reasoning
+        ):
+            return None
         return turn
+
+
+def same_reasoning(segments: list[str], flat: str) -> bool:
+    """`flat` is `segments` in order, each trimmed, joined by whitespace-only separators.
+
+    Clients join interleaved segments their own way (our encoder writes "\n\n", pi echoes that,
+    OpenClaw writes "\n\n\n", others trim), so only the segments' text has to match.
+    """
+    pos = _skip_space(flat, 0)
+    for segment in segments:
+        text = segment.strip()
+        if not text:
+            continue
+        if not flat.startswith(text, pos):
+            return False
+        pos = _skip_space(flat, pos + len(text))
+    return pos == len(flat)
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos

@@ -48,6 +48,11 @@ class PromptConfig(_Config):
     chat_template: str | None = Field(None, description="chat template file overriding the model's")
     replay_policy: ReplayPolicy = Field(ReplayPolicy.AUTO, description="how past reasoning is replayed")
     truncate_history_thinking: bool = Field(False, description="let templates drop older reasoning")
+    reasoning_default: Literal["template", "on", "off"] = Field(
+        "template",
+        description="thinking when a request asks for none either way (no effort, no thinking switch): "
+        "template (the chat template's own default), on, off",
+    )
     strip_anthropic_preamble: bool = Field(True, description="strip Claude Code's billing header block")
     strip_pattern: list[str] = Field(
         default_factory=list, description="extra volatile span to strip, NAME=REGEX (repeatable)"

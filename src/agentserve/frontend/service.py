@@ -150,6 +150,7 @@ class Frontend:
                 self.pipeline,
                 enable_thinking=options.reasoning.enabled,
                 template_kwargs=options.template_kwargs or None,
+                reasoning_effort=options.reasoning.level,
             )
         except PromptError as exc:
             raise InvalidRequestError(str(exc)) from None

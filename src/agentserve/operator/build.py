@@ -258,6 +258,9 @@ MAPPINGS: tuple[Mapping, ...] = (
         _s(lambda s: s.agent.replay.truncate_history_thinking),
     ),
     Mapping(
+        "agent.reasoningDefault", "frontend", "reasoning_default", _s(lambda s: s.agent.reasoning_default)
+    ),
+    Mapping(
         "agent.preambleStripping.enabled",
         "frontend",
         "strip_anthropic_preamble",

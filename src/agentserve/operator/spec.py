@@ -237,6 +237,12 @@ class AgentSpec(_Spec):
         None, description="tool-call parser: a family name or alias (default: the model family's)"
     )
     replay: ReplaySpec = Field(ReplaySpec.model_validate({}), description="reasoning replay policy")
+    reasoning_default: Literal["template", "on", "off"] = Field(
+        "template",
+        description="thinking for requests that name no reasoning effort or thinking switch: template "
+        "(the chat template's default), on, off. A requested effort (low..xhigh, Anthropic thinking "
+        "enabled/adaptive) always turns it on, none/minimal/disabled off",
+    )
     preamble_stripping: PreambleStripping = Field(
         PreambleStripping.model_validate({}), description="volatile-span stripping"
     )

@@ -47,6 +47,11 @@ def skip_ws(buf: str, i: int) -> int:
     return m.end() if m is not None else i
 
 
+def _closing(tail: str) -> bool:
+    """What a block held at the end is whitespace or the start of a closing tag."""
+    return not tail.strip() or tail.lstrip().startswith("</")
+
+
 def is_partial(buf: str, j: int, markers: tuple[str, ...]) -> bool:
     """buf[j:] is a proper prefix of one of `markers` (it may still become it)."""
     rest = len(buf) - j
@@ -106,11 +111,19 @@ class XmlCallBlock(ABC):
         self.done = True
         calls = self._ctx.calls
         if calls.open:
-            self._raw.append(self._tail)
-            self._fail("malformed" if self._malformed else "truncated", out)
+            if not self._malformed and self._between_arguments() and _closing(self._tail):
+                # Every parameter is closed: only the call's end tag is missing (engines strip it).
+                self._finish_call(out)
+            else:
+                self._raw.append(self._tail)
+                self._fail("malformed" if self._malformed else "truncated", out)
         else:
             self._close_uncommitted(out)
         self._tail = ""
+
+    def _between_arguments(self) -> bool:
+        """The open call is between parameters (none is half-written): its arguments are complete."""
+        return False
 
     def _close_uncommitted(self, out: list[OutputEvent]) -> None:
         """End of output outside a call: what was consumed is plain text."""

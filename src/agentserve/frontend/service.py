@@ -16,7 +16,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentserve.api.catalog import ModelFacts
 from agentserve.api.errors import (
@@ -51,6 +51,8 @@ from agentserve.frontend.surfaces import Context, StreamWriter, Surface, stream_
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
+from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
+from agentserve.prompt.session import conversation_key, key_after
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
@@ -140,6 +142,16 @@ class Frontend:
     def check_model(self, name: str) -> None:
         if not self.config.accept_any_model and name not in self._model_ids:
             raise ModelNotFoundError(name)
+
+    def identify(self, request: DecodedRequest, identity: AgentIdentity) -> AgentIdentity:
+        """The request's identity; without a session id from a header or the body (pi, OpenClaw), the
+        conversation's own key (`prompt.session`) stands in for traces, drift, affinity and retention."""
+        if identity.session_id is not None:
+            return identity
+        key = conversation_key(request.conversation, self.pipeline.strip)
+        if key is None:
+            return identity
+        return replace(identity, session_id=key, source=CONVERSATION_SOURCE)
 
     def render(self, request: DecodedRequest) -> RenderedPrompt:
         """The prompt exactly as the real request renders it (count_tokens uses this too)."""
@@ -290,6 +302,10 @@ class Frontend:
         if finish is None or finish.reason in ("abort", "error"):
             return
         session = p.identity.session_id
+        if session is not None and p.identity.source == CONVERSATION_SOURCE:
+            # Turn 1 has no reply to anchor its key yet: remember it under the key turn 2 will show.
+            reply = TurnAccumulator().feed_all(events).message()
+            session = key_after(p.request.conversation, reply, self.pipeline.strip)
         if session is not None:
             self.drift.remember(session, p.prompt.token_ids, gen.generated)
             self._prompt_lengths[session] = len(p.prompt.token_ids)

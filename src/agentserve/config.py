@@ -120,6 +120,11 @@ class FrontendConfig(PromptConfig):
         default_factory=list, description="worker URLs for the embedded router (http://host:port)"
     )
     call_memory_turns: int = Field(4096, ge=1, description="assistant turns kept to restore client edits")
+    exact_replay: bool = Field(
+        True,
+        description="put each session's previous turn back into its next prompt as the model produced it "
+        "(its own tokens and whitespace) when the client's echo means the same turn",
+    )
     response_store_size: int = Field(1024, ge=1, description="stored responses for previous_response_id")
     drain_delay_s: float = Field(
         5.0, ge=0, description="on SIGTERM: seconds not ready but still serving (endpoints update)"

@@ -53,6 +53,7 @@ from agentserve.prompt.drift import DriftDetector, DriftReport
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
 from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
 from agentserve.prompt.session import conversation_key, key_after
+from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
@@ -77,7 +78,8 @@ class Prepared:
     scope: str  # the caller's memory scope (a digest of its API key, or "")
     request_id: str
     identity: AgentIdentity
-    prompt: RenderedPrompt
+    prompt: RenderedPrompt  # as sent: with the session's previous turn spliced back in (exact replay)
+    canonical: str  # the prompt text as the template rendered it
     max_tokens: int
     discard_output: bool  # Anthropic max_tokens 0: prefill only (a cache pre-warm)
     drift: DriftReport | None
@@ -132,6 +134,8 @@ class Frontend:
             registry=self.telemetry.metrics.registry,
         )
         self.drift = DriftDetector(pipeline.tokenizer.decode)
+        self.replay = ReplayMemory()  # per session: the last prompt as sent and the output (exact replay)
+        self.answers = AnswerMemory()
         # The family's end-of-turn tokens, sent with every request (resolved once, not per request).
         self.stops = engine_stops(pipeline.family.stop_tokens, pipeline.tokenizer.token_id)
         self._prompt_lengths: OrderedDict[str, int] = OrderedDict()  # session → last prompt's length
@@ -199,13 +203,25 @@ class Frontend:
         if request.ignored:
             ignored = ", ".join(request.ignored[:20])
             log.debug("%s %s: accepted and ignored %s", request_id, surface.name, ignored)
+        session = identity.session_id
+        exact = session is not None and self.config.exact_replay
+        if exact:
+            assert session is not None
+            restored = self.answers.restore(session, request.conversation)
+            if restored is not request.conversation:
+                request = replace(request, conversation=restored)
         prompt = self.render(request)
+        canonical = prompt.text
+        if exact:
+            assert session is not None
+            previous = self.replay.get(session)
+            if previous is not None:
+                prompt = splice(prompt, previous, self.pipeline) or prompt
         requested = request.options.max_tokens
         max_tokens = output_budget(
             None if requested == 0 else requested, len(prompt.token_ids), self.context_window
         )
         drift = previous_prompt = None
-        session = identity.session_id
         if session is not None:
             drift = self.drift.check(session, prompt.token_ids)
             previous_prompt = self._prompt_lengths.get(session)
@@ -227,6 +243,7 @@ class Frontend:
             request_id=request_id,
             identity=identity,
             prompt=prompt,
+            canonical=canonical,
             max_tokens=1 if requested == 0 else max_tokens,
             discard_output=requested == 0,
             drift=drift,
@@ -302,12 +319,16 @@ class Frontend:
         if finish is None or finish.reason in ("abort", "error"):
             return
         session = p.identity.session_id
-        if session is not None and p.identity.source == CONVERSATION_SOURCE:
+        reply = TurnAccumulator().feed_all(events).message() if session is not None else None
+        if session is not None and reply is not None and p.identity.source == CONVERSATION_SOURCE:
             # Turn 1 has no reply to anchor its key yet: remember it under the key turn 2 will show.
-            reply = TurnAccumulator().feed_all(events).message()
             session = key_after(p.request.conversation, reply, self.pipeline.strip)
         if session is not None:
             self.drift.remember(session, p.prompt.token_ids, gen.generated)
+            if self.config.exact_replay and reply is not None:
+                output = self.pipeline.tokenizer.decode(gen.generated)
+                self.replay.remember(session, Produced.of(p.canonical, p.prompt, output, gen.generated))
+                self.answers.remember(session, reply)
             self._prompt_lengths[session] = len(p.prompt.token_ids)
             self._prompt_lengths.move_to_end(session)
             while len(self._prompt_lengths) > _MAX_SESSIONS:

@@ -66,8 +66,12 @@ def test_conversations_without_a_session_header_get_their_own_key(
     assert first_a == first_b  # turn 1 of both: nothing tells them apart yet (same prompt, same cache)
     assert second_a == third_a == fourth_a and second_b == third_b  # stable from turn 2 on
     assert second_a != second_b  # never merged
-    # Drift is tracked per conversation: each later turn is compared with its own previous turn
-    # (turn 2 extends turn 1 exactly; a drift would name the conversation's key in the log).
-    second = [r for r in requests if r["agent_context"]["session_id"] in (second_a, second_b)]
-    assert all(r["request"]["drift"] is not None for r in second)
-    assert not requests[2]["request"]["drift"]["drifted"] and not requests[3]["request"]["drift"]["drifted"]
+    # Drift is tracked per conversation, and every later turn extended its own previous turn (the
+    # answer whose reasoning pi dropped included: exact replay puts it back)...
+    for r in requests[2:6]:
+        drift = r["request"]["drift"]
+        assert drift is not None and not drift["drifted"], drift
+    # ...except where the template drops reasoning by design: a plain chat turn ("thanks" → "All
+    # done.") before a new user message. The drift is found under the conversation's key.
+    last = requests[6]["request"]["drift"]
+    assert last["drifted"] and last["reusable_tokens"] < last["previous_tokens"]

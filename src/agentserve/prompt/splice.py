@@ -1,0 +1,189 @@
+"""Exact replay: the previous assistant turn goes back into the prompt as the model produced it.
+
+The chat template re-renders history from the parsed turn, with the template's whitespace. A model
+that writes its own (one newline after `</think>` where the template has two, a space before a call)
+then sees a prompt that rewrites its last turn, and the KV cache is lost from there, every turn. So,
+per session, the frontend remembers what it sent and what came back (`Produced`) and splices:
+
+    canonical render of request N+1  =  canonical(prompt N) + canonical(turn N) + tail
+    prompt N+1 as sent               =  prompt N as sent  + turn N's own tokens  + tail
+
+when the canonical render still starts with prompt N's canonical render (the client kept the history)
+and turn N's raw output equals the template's rendering of it up to whitespace (`align`): the client's
+echo means the same turn. Anything else — an edited history, reasoning the template drops on purpose,
+gpt-oss's `<|return|>` that history writes as `<|end|>` — is left to the template.
+
+Answers whose reasoning a Chat client dropped (turns without calls: the call memory finds turns by
+call id) are put back first, per session, by `AnswerMemory`, so their reasoning, and with it the
+splice, survive too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from agentserve.conversation import Conversation, Message, Text
+from agentserve.prompt.hashing import block_hashes
+from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt
+
+_SPACE = re.compile(r"\s*")
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    """One served turn of a session: its prompt (canonical and as sent) and the model's output."""
+
+    canonical_length: int  # characters of the prompt as the template rendered it
+    canonical_digest: bytes
+    prompt_text: str  # the prompt as sent (itself possibly spliced)
+    prompt_ids: array[int]
+    output_text: str  # the model's raw output, decoded from its tokens
+    output_ids: array[int]
+
+    @classmethod
+    def of(
+        cls, canonical: str, prompt: RenderedPrompt, output_text: str, output_ids: Sequence[int]
+    ) -> Produced:
+        return cls(
+            len(canonical),
+            _digest(canonical),
+            prompt.text,
+            array("I", prompt.token_ids),
+            output_text,
+            array("I", output_ids),
+        )
+
+    @property
+    def size(self) -> int:
+        return len(self.prompt_text) + len(self.output_text) + len(self.prompt_ids) + len(self.output_ids)
+
+
+def align(output: str, text: str, start: int) -> int | None:
+    """Where `output` ends inside `text[start:]` if they are equal up to whitespace, else None.
+
+    Trailing whitespace the model wrote stands for the template's whitespace at the same place."""
+    j = start
+    for word in output.split():
+        j = _SPACE.match(text, j).end()  # type: ignore[union-attr]
+        if text.startswith(word, j):
+            j += len(word)
+            continue
+        for c in word:  # the template put whitespace inside what the model wrote as one run
+            j = _SPACE.match(text, j).end()  # type: ignore[union-attr]
+            if j >= len(text) or text[j] != c:
+                return None
+            j += 1
+    if output[-1:].isspace():
+        j = _SPACE.match(text, j).end()  # type: ignore[union-attr]
+    return j
+
+
+def splice(rendered: RenderedPrompt, previous: Produced, pipeline: PromptPipeline) -> RenderedPrompt | None:
+    """`rendered` (the canonical prompt of the session's next request) with the previous prompt and
+    output put back as they were sent and produced, or None when the request does not extend them."""
+    text = rendered.text
+    n = previous.canonical_length
+    if len(text) < n or _digest(text[:n]) != previous.canonical_digest:
+        return None
+    ids = array("I", previous.prompt_ids)
+    end = align(previous.output_text, text, n) if len(text) > n else None
+    if end is None:
+        # A retry, or a turn the client changed: the previous prompt is still the prefix as sent.
+        end, prefix = n, previous.prompt_text
+    else:
+        ids.extend(previous.output_ids)
+        prefix = previous.prompt_text + previous.output_text
+    tail = text[end:]
+    ids.extend(pipeline.tokenizer.encode(tail))
+    token_ids = tuple(ids)
+    if token_ids == rendered.token_ids:
+        return rendered
+    return replace(
+        rendered,
+        text=prefix + tail,
+        token_ids=token_ids,
+        block_hashes=tuple(block_hashes(token_ids, pipeline.block_size, pipeline.hash_seed)),
+    )
+
+
+class ReplayMemory:
+    """Each session's last `Produced` turn; LRU-bounded by sessions and by stored characters+tokens."""
+
+    def __init__(self, max_sessions: int = 1024, max_size: int = 64 * 1024 * 1024) -> None:
+        self._max_sessions = max_sessions
+        self._max_size = max_size
+        self._sessions: OrderedDict[str, Produced] = OrderedDict()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session: str) -> Produced | None:
+        produced = self._sessions.get(session)
+        if produced is not None:
+            self._sessions.move_to_end(session)
+        return produced
+
+    def remember(self, session: str, produced: Produced) -> None:
+        old = self._sessions.pop(session, None)
+        if old is not None:
+            self._size -= old.size
+        if produced.size > self._max_size:
+            return
+        self._sessions[session] = produced
+        self._size += produced.size
+        while len(self._sessions) > self._max_sessions or self._size > self._max_size:
+            _, evicted = self._sessions.popitem(last=False)
+            self._size -= evicted.size
+
+
+def _answer_key(session: str, message: Message) -> str:
+    return session + "\0" + " ".join(message.text.split())
+
+
+class AnswerMemory:
+    """A session's recent answers (assistant turns without calls), to put back the reasoning a Chat
+    client dropped from them. Scoped by session: another conversation's "done." is not this one's."""
+
+    def __init__(self, max_answers: int = 4096) -> None:
+        self._max = max_answers
+        self._answers: OrderedDict[str, Message] = OrderedDict()
+
+    def remember(self, session: str, message: Message) -> None:
+        if message.tool_calls or not message.text.strip():
+            return
+        key = _answer_key(session, message)
+        self._answers[key] = message
+        self._answers.move_to_end(key)
+        while len(self._answers) > self._max:
+            self._answers.popitem(last=False)
+
+    def restore(self, session: str, conversation: Conversation) -> Conversation:
+        """`conversation` with each answer that means a remembered one (the same text, its reasoning
+        dropped) replaced by the answer as produced."""
+        if not self._answers:
+            return conversation
+        messages = list(conversation.messages)
+        changed = False
+        for i, message in enumerate(messages):
+            if message.role != "assistant" or message.tool_calls:
+                continue
+            mine = self._answers.get(_answer_key(session, message))
+            if mine is None or mine == message:
+                continue
+            # Only an echo that is the answer's text alone (its reasoning dropped) is put back: one that
+            # kept reasoning is the client's to keep as it is.
+            if not all(isinstance(p, Text) for p in message.parts):
+                continue
+            messages[i] = mine
+            changed = True
+        return replace(conversation, messages=tuple(messages)) if changed else conversation

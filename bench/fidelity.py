@@ -26,10 +26,10 @@ def main() -> None:
     args = parser.parse_args()
     families = args.family or list(FAMILY_NAMES)
     print(
-        "| family | API | append-only (before → with exact replay) | order kept | deviant turns "
-        "| thinking on |"
+        "| family | API | append-only (before → with exact replay) | tokens not reused (before → with) "
+        "| order kept | deviant turns | thinking on |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     totals = [0, 0, 0]
     for family in families:
         for variant in VARIANTS:
@@ -41,7 +41,8 @@ def main() -> None:
             thinking = "n/a" if after.thinking_on is None else "yes" if after.thinking_on else "NO"
             print(
                 f"| {family} | {variant.name} | {before.append_only}/{before.turns} → "
-                f"{after.append_only}/{after.turns} | {after.order_kept}/{after.turns} | "
+                f"{after.append_only}/{after.turns} | {before.lost_tokens} → {after.lost_tokens} | "
+                f"{after.order_kept}/{after.turns} | "
                 f"{after.deviated}/{after.turns} | {thinking} |"
             )
     print(

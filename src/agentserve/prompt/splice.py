@@ -95,13 +95,23 @@ def splice(rendered: RenderedPrompt, previous: Produced, pipeline: PromptPipelin
     if len(text) < n or _digest(text[:n]) != previous.canonical_digest:
         return None
     ids = array("I", previous.prompt_ids)
-    end = align(previous.output_text, text, n) if len(text) > n else None
-    if end is None:
-        # A retry, or a turn the client changed: the previous prompt is still the prefix as sent.
-        end, prefix = n, previous.prompt_text
-    else:
+    output = previous.output_text
+    end = align(output, text, n) if len(text) > n else None
+    if end is not None:
         ids.extend(previous.output_ids)
-        prefix = previous.prompt_text + previous.output_text
+        prefix = previous.prompt_text + output
+    else:
+        # A retry, or a turn that differs beyond whitespace (edited, or a token history writes
+        # otherwise): prompt N as sent is still the prefix, and so is as much of the output as
+        # matches up to a token boundary (gpt-oss's answer up to its `<|return|>`).
+        k, chars = _partial(output, previous.output_ids, text, n, pipeline) if len(text) > n else (0, 0)
+        if k:
+            end = align(output[:chars], text, n)
+        if k and end is not None:
+            ids.extend(previous.output_ids[:k])
+            prefix = previous.prompt_text + output[:chars]
+        else:
+            end, prefix = n, previous.prompt_text
     tail = text[end:]
     ids.extend(pipeline.tokenizer.encode(tail))
     token_ids = tuple(ids)
@@ -113,6 +123,43 @@ def splice(rendered: RenderedPrompt, previous: Produced, pipeline: PromptPipelin
         token_ids=token_ids,
         block_hashes=tuple(block_hashes(token_ids, pipeline.block_size, pipeline.hash_seed)),
     )
+
+
+def _partial(
+    output: str, output_ids: Sequence[int], text: str, start: int, pipeline: PromptPipeline
+) -> tuple[int, int]:
+    """(tokens, characters) of the longest output prefix ending on a token boundary that matches
+    `text[start:]` up to whitespace; (0, 0) if none."""
+    matched = _matched(output, text, start)
+    if not matched:
+        return 0, 0
+    decode = pipeline.tokenizer.decode
+    lo, hi = 0, len(output_ids)  # the largest k whose text is no longer than the matched part
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(decode(output_ids[:mid])) <= matched:
+            lo = mid
+        else:
+            hi = mid - 1
+    for k in range(lo, max(lo - 8, 0), -1):  # a token cut inside a character decodes to U+FFFD
+        piece = decode(output_ids[:k])
+        if output.startswith(piece):
+            return k, len(piece)
+    return 0, 0
+
+
+def _matched(output: str, text: str, start: int) -> int:
+    """Characters of `output` that match `text[start:]` up to whitespace (to the last matched one)."""
+    j, last, m = start, 0, len(text)
+    for i, c in enumerate(output):
+        if c.isspace():
+            continue
+        j = _SPACE.match(text, j).end()  # type: ignore[union-attr]
+        if j >= m or text[j] != c:
+            break
+        j += 1
+        last = i + 1
+    return last
 
 
 class ReplayMemory:

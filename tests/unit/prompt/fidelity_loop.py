@@ -63,6 +63,7 @@ class Result:
     turns: int
     deviated: int  # turns whose raw output differed from the template's whitespace
     thinking_on: bool | None
+    lost_tokens: int = 0  # previous prompt + output tokens the next prompts did not reuse, in all
 
     @property
     def share(self) -> float:
@@ -174,18 +175,20 @@ def run(family: str, variant: Variant, *, exact_replay: bool = True, effort: boo
     client.send()
 
     served = server.served
-    append_only = order = 0
+    append_only = order = lost = 0
     for t in range(TURNS):
         before, after = served[t], served[t + 1]
         previous = [*before.prompt.token_ids, *before.generated]
-        if common_prefix(previous, after.prompt.token_ids) == len(previous):
+        shared = common_prefix(previous, after.prompt.token_ids)
+        lost += len(previous) - shared
+        if shared == len(previous):
             append_only += 1
         if _shape(_turn_in(after.request.conversation.messages)) == _shape(before.message):
             order += 1
     thinking: bool | None = None
     if effort and (family in HYBRID or family == "gpt-oss"):
         thinking = all(_thinking_on(family, server, i) for i in range(len(served)))
-    return Result(family, variant.name, exact_replay, append_only, order, TURNS, deviated, thinking)
+    return Result(family, variant.name, exact_replay, append_only, order, TURNS, deviated, thinking, lost)
 
 
 def _thinking_on(family: str, server: Server, i: int) -> bool:

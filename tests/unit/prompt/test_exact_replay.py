@@ -79,6 +79,26 @@ def test_a_retry_or_an_edited_turn_keeps_the_previous_prompt_as_sent() -> None:
     assert splice(other, produced, pipeline) is None  # another history: not this session's prefix
 
 
+def test_a_turn_that_differs_beyond_whitespace_is_reused_up_to_where_it_differs() -> None:
+    pipeline = _pipeline()
+    first = render_prompt(_conversation(), pipeline)
+    raw = "<think>\nLook.\n</think>\nParis is sunny today.<|im_end|>"
+    generated = pipeline.tokenizer.encode(raw)
+    produced = Produced.of(first.text, first, raw, generated)
+    # The client edited the end of the answer (and it is the turn after the last query: kept whole).
+    edited = render_prompt(
+        _conversation(Message("assistant", (Reasoning("Look."), Text("Paris is rainy.")))), pipeline
+    )
+    spliced = splice(edited, produced, pipeline)
+    assert spliced is not None
+    shared = len(first.token_ids) + len(pipeline.tokenizer.encode("<think>\nLook.\n</think>\nParis is"))
+    assert list(spliced.token_ids[:shared]) == [*first.token_ids, *generated][:shared]
+    assert spliced.text.endswith("Paris is rainy.<|im_end|>\n<|im_start|>assistant\n")
+    assert (
+        "<think>\nLook.\n</think>\nParis is rainy." in spliced.text
+    )  # the model's newline, the client's words
+
+
 def test_answers_get_their_dropped_reasoning_back_only_in_their_own_session() -> None:
     memory = AnswerMemory()
     produced = Message("assistant", (Reasoning("Both are known."), Text("Paris is 18C.")))
@@ -113,6 +133,8 @@ def test_ten_turn_loop_with_deviant_whitespace_is_append_only(family: str, varia
     result = run(family, variant, exact_replay=True)
     assert result.deviated >= 7, result  # the model really did write its own whitespace
     assert result.append_only == result.turns - EXPECTED_MISSES.get(family, 0), result
+    # Where it cannot extend, only what differs is lost: gpt-oss's answer is reused up to `<|return|>`.
+    assert result.lost_tokens == EXPECTED_MISSES.get(family, 0), result
     assert result.order_kept == result.turns, result
     assert result.thinking_on is not False, result
 

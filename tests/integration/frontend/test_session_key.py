@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 from sim_scenarios import CHAT_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, write_scenario
 from stack import served
 
@@ -75,3 +76,41 @@ def test_conversations_without_a_session_header_get_their_own_key(
     # done.") before a new user message. The drift is found under the conversation's key.
     last = requests[6]["request"]["drift"]
     assert last["drifted"] and last["reusable_tokens"] < last["previous_tokens"]
+
+
+# A model that writes its own whitespace: one newline after </think> (the template has two) and a
+# space before its call.
+DEVIANT_RULES = [
+    {"match": "^hello", "output": "<think>\nIt printed hello.\n</think>\ndone.<|im_end|>"},
+    {
+        "turn": 1,
+        "output": "<think>\nRun it.\n</think>\n <tool_call>\n"
+        '{"name": "Bash", "arguments": {"command": "echo hello"}}\n</tool_call><|im_end|>',
+    },
+]
+DEVIANT_DEFAULT = "<think>\nNothing left.\n</think>\nAll done.<|im_end|>"
+
+
+@pytest.mark.parametrize("exact_replay", [True, False])
+def test_exact_replay_keeps_a_deviant_models_turns_append_only(tmp_path: Path, exact_replay: bool) -> None:
+    scenario = write_scenario(tmp_path, DEVIANT_RULES, DEVIANT_DEFAULT)
+    sink = tmp_path / "trace.jsonl"
+    with served({"script": scenario, "trace_sink": str(sink), "exact_replay": exact_replay}) as s:
+        o = openai.OpenAI(base_url=s.url + "/v1", api_key="k", max_retries=0)
+        history: list[dict[str, Any]] = [
+            {"role": "system", "content": PI_SYSTEM},
+            {"role": "user", "content": PROMPT},
+        ]
+        history.append(turn(o, history))
+        call = history[-1]["tool_calls"][0]
+        history.append({"role": "tool", "tool_call_id": call["id"], "content": "hello\n"})
+        history.append(turn(o, history))  # "done." (its reasoning dropped by the client)
+        history.append({"role": "user", "content": "and now?"})
+        turn(o, history)
+    requests = [json.loads(x) for x in sink.read_text().splitlines()]
+    drifts = [r["request"]["drift"] for r in requests if r["event_type"] == "request_end"][1:]
+    assert len(drifts) == 2 and all(d is not None for d in drifts)
+    if exact_replay:
+        assert not any(d["drifted"] for d in drifts), drifts
+    else:  # the template's whitespace rewrites the model's turn: the prefix breaks every turn
+        assert all(d["drifted"] for d in drifts), drifts

@@ -260,6 +260,7 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping(
         "agent.reasoningDefault", "frontend", "reasoning_default", _s(lambda s: s.agent.reasoning_default)
     ),
+    Mapping("agent.exactReplay", "frontend", "exact_replay", _s(lambda s: s.agent.exact_replay)),
     Mapping(
         "agent.preambleStripping.enabled",
         "frontend",

@@ -118,6 +118,7 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"agent": {"reasoningDefault": "on"}},
         {("frontend", "reasoning_default"): "on"},
     ),
+    "agent.exactReplay": ({"agent": {"exactReplay": False}}, {("frontend", "exact_replay"): False}),
     "agent.preambleStripping.enabled": (
         {"agent": {"preambleStripping": {"enabled": False}}},
         {("frontend", "strip_anthropic_preamble"): False},

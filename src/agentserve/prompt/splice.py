@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -45,9 +44,10 @@ class Produced:
     canonical_length: int  # characters of the prompt as the template rendered it
     canonical_digest: bytes
     prompt_text: str  # the prompt as sent (itself possibly spliced)
-    prompt_ids: array[int]
+    prompt_ids: tuple[int, ...]  # the prompt's own tuple (no copy; the next prompt starts with it)
+    prompt_hashes: tuple[int, ...]  # its full blocks' hashes (the next prompt's start: not hashed again)
     output_text: str  # the model's raw output, decoded from its tokens
-    output_ids: array[int]
+    output_ids: tuple[int, ...]
 
     @classmethod
     def of(
@@ -57,9 +57,10 @@ class Produced:
             len(canonical),
             _digest(canonical),
             prompt.text,
-            array("I", prompt.token_ids),
+            prompt.token_ids,
+            prompt.block_hashes,
             output_text,
-            array("I", output_ids),
+            tuple(output_ids),
         )
 
     @property
@@ -94,11 +95,11 @@ def splice(rendered: RenderedPrompt, previous: Produced, pipeline: PromptPipelin
     n = previous.canonical_length
     if len(text) < n or _digest(text[:n]) != previous.canonical_digest:
         return None
-    ids = array("I", previous.prompt_ids)
+    ids = previous.prompt_ids
     output = previous.output_text
     end = align(output, text, n) if len(text) > n else None
     if end is not None:
-        ids.extend(previous.output_ids)
+        ids += previous.output_ids
         prefix = previous.prompt_text + output
     else:
         # A retry, or a turn that differs beyond whitespace (edited, or a token history writes
@@ -108,21 +109,19 @@ def splice(rendered: RenderedPrompt, previous: Produced, pipeline: PromptPipelin
         if k:
             end = align(output[:chars], text, n)
         if k and end is not None:
-            ids.extend(previous.output_ids[:k])
+            ids += previous.output_ids[:k]
             prefix = previous.prompt_text + output[:chars]
         else:
             end, prefix = n, previous.prompt_text
     tail = text[end:]
-    ids.extend(pipeline.tokenizer.encode(tail))
-    token_ids = tuple(ids)
-    if token_ids == rendered.token_ids:
-        return rendered
-    return replace(
-        rendered,
-        text=prefix + tail,
-        token_ids=token_ids,
-        block_hashes=tuple(block_hashes(token_ids, pipeline.block_size, pipeline.hash_seed)),
+    token_ids = ids + tuple(pipeline.tokenizer.encode(tail))
+    # The previous prompt's full blocks are this one's first blocks: chain on from the last.
+    known = previous.prompt_hashes
+    size = pipeline.block_size
+    rest = block_hashes(
+        token_ids[len(known) * size :], size, pipeline.hash_seed, known[-1] if known else None
     )
+    return replace(rendered, text=prefix + tail, token_ids=token_ids, block_hashes=(*known, *rest))
 
 
 def _partial(
@@ -163,9 +162,10 @@ def _matched(output: str, text: str, start: int) -> int:
 
 
 class ReplayMemory:
-    """Each session's last `Produced` turn; LRU-bounded by sessions and by stored characters+tokens."""
+    """Each session's last `Produced` turn; LRU-bounded by sessions and by stored characters+tokens
+    (the default, 8 M, is a few hundred MB at most: token ids are kept as the prompt's own tuple)."""
 
-    def __init__(self, max_sessions: int = 1024, max_size: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, max_sessions: int = 1024, max_size: int = 8 * 1024 * 1024) -> None:
         self._max_sessions = max_sessions
         self._max_size = max_size
         self._sessions: OrderedDict[str, Produced] = OrderedDict()

@@ -53,7 +53,7 @@ from agentserve.prompt.drift import DriftDetector, DriftReport
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
 from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
 from agentserve.prompt.session import conversation_key, key_after
-from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice
+from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice_any
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
@@ -80,6 +80,7 @@ class Prepared:
     identity: AgentIdentity
     prompt: RenderedPrompt  # as sent: with the session's previous turn spliced back in (exact replay)
     canonical: str  # the prompt text as the template rendered it
+    extends: Produced | None  # the session's remembered turn this prompt was spliced onto
     max_tokens: int
     discard_output: bool  # Anthropic max_tokens 0: prefill only (a cache pre-warm)
     drift: DriftReport | None
@@ -212,11 +213,10 @@ class Frontend:
                 request = replace(request, conversation=restored)
         prompt = self.render(request)
         canonical = prompt.text
+        extends = None
         if exact:
             assert session is not None
-            previous = self.replay.get(session)
-            if previous is not None:
-                prompt = splice(prompt, previous, self.pipeline) or prompt
+            prompt, extends = splice_any(prompt, self.replay.get(session), self.pipeline)
         requested = request.options.max_tokens
         max_tokens = output_budget(
             None if requested == 0 else requested, len(prompt.token_ids), self.context_window
@@ -244,6 +244,7 @@ class Frontend:
             identity=identity,
             prompt=prompt,
             canonical=canonical,
+            extends=extends,
             max_tokens=1 if requested == 0 else max_tokens,
             discard_output=requested == 0,
             drift=drift,
@@ -327,7 +328,8 @@ class Frontend:
             self.drift.remember(session, p.prompt.token_ids, gen.generated)
             if self.config.exact_replay and reply is not None:
                 output = self.pipeline.tokenizer.decode(gen.generated)
-                self.replay.remember(session, Produced.of(p.canonical, p.prompt, output, gen.generated))
+                produced = Produced.of(p.canonical, p.prompt, output, gen.generated)
+                self.replay.remember(session, produced, p.extends)
                 self.answers.remember(session, reply)
             self._prompt_lengths[session] = len(p.prompt.token_ids)
             self._prompt_lengths.move_to_end(session)

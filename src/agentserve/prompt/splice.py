@@ -161,36 +161,61 @@ def _matched(output: str, text: str, start: int) -> int:
     return last
 
 
-class ReplayMemory:
-    """Each session's last `Produced` turn; LRU-bounded by sessions and by stored characters+tokens
-    (the default, 8 M, is a few hundred MB at most: token ids are kept as the prompt's own tuple)."""
+def splice_any(
+    rendered: RenderedPrompt, candidates: Sequence[Produced], pipeline: PromptPipeline
+) -> tuple[RenderedPrompt, Produced | None]:
+    """`splice` with the first of a session's remembered turns that this request extends (and which)."""
+    for previous in candidates:
+        spliced = splice(rendered, previous, pipeline)
+        if spliced is not None:
+            return spliced, previous
+    return rendered, None
 
-    def __init__(self, max_sessions: int = 1024, max_size: int = 8 * 1024 * 1024) -> None:
+
+class ReplayMemory:
+    """Per session, the last turn of each of its few conversations (a session id can carry more than
+    one: Claude Code's title request shares the main agent's): a request that fell back to the
+    template for its whole history would lose its cache from the first turn the model wrote its own
+    way. LRU-bounded by sessions and by stored characters+tokens (the default, 8 M, is a few hundred
+    MB at most: token ids are kept as the prompt's own tuple)."""
+
+    def __init__(
+        self, max_sessions: int = 1024, max_size: int = 8 * 1024 * 1024, per_session: int = 4
+    ) -> None:
         self._max_sessions = max_sessions
         self._max_size = max_size
-        self._sessions: OrderedDict[str, Produced] = OrderedDict()
+        self._per_session = per_session
+        self._sessions: OrderedDict[str, list[Produced]] = OrderedDict()
         self._size = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def get(self, session: str) -> Produced | None:
-        produced = self._sessions.get(session)
-        if produced is not None:
-            self._sessions.move_to_end(session)
-        return produced
+    def get(self, session: str) -> list[Produced]:
+        """The session's remembered turns, most recent first."""
+        turns = self._sessions.get(session)
+        if turns is None:
+            return []
+        self._sessions.move_to_end(session)
+        return list(turns)
 
-    def remember(self, session: str, produced: Produced) -> None:
-        old = self._sessions.pop(session, None)
-        if old is not None:
-            self._size -= old.size
-        if produced.size > self._max_size:
-            return
-        self._sessions[session] = produced
-        self._size += produced.size
+    def remember(self, session: str, produced: Produced, replaces: Produced | None = None) -> None:
+        """Record `produced`, in place of the turn it extended (`replaces`), else as a new conversation."""
+        turns = self._sessions.pop(session, [])
+        kept: list[Produced] = []
+        for t in turns:
+            if t is replaces or len(kept) >= self._per_session - 1:
+                self._size -= t.size
+            else:
+                kept.append(t)
+        if produced.size <= self._max_size:
+            kept.insert(0, produced)
+            self._size += produced.size
+        if kept:
+            self._sessions[session] = kept
         while len(self._sessions) > self._max_sessions or self._size > self._max_size:
             _, evicted = self._sessions.popitem(last=False)
-            self._size -= evicted.size
+            self._size -= sum(t.size for t in evicted)
 
 
 def _answer_key(session: str, message: Message) -> str:

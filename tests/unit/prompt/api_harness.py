@@ -34,7 +34,7 @@ from agentserve.families import get_family
 from agentserve.parsing import ParserOptions
 from agentserve.prompt.history import events_to_message
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
-from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice
+from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice_any
 
 ApiName = Literal["anthropic", "chat", "responses"]
 APIS: tuple[ApiName, ...] = ("anthropic", "chat", "responses")
@@ -89,9 +89,9 @@ class Server:
             reasoning_effort=decoded.options.reasoning.level,
         )
         self.canonical.append(prompt.text)
-        previous = self.replay.get("s") if self.exact_replay else None
-        if previous is not None:
-            prompt = splice(prompt, previous, self.pipeline) or prompt
+        extends = None
+        if self.exact_replay:
+            prompt, extends = splice_any(prompt, self.replay.get("s"), self.pipeline)
         raw = self.outputs.pop(0)
         if self.trim_prefill:
             raw = raw[_overlap(prompt.text, raw) :]
@@ -106,7 +106,7 @@ class Server:
             self.memory.remember(TurnAccumulator().feed_all(events).message())
         if self.exact_replay:
             output = self.pipeline.tokenizer.decode(generated)
-            self.replay.remember("s", Produced.of(self.canonical[-1], prompt, output, generated))
+            self.replay.remember("s", Produced.of(self.canonical[-1], prompt, output, generated), extends)
             self.answers.remember("s", TurnAccumulator().feed_all(events).message())
         self.served.append(Served(decoded, prompt, raw, generated, events_to_message(events)))
         return httpx2.Response(

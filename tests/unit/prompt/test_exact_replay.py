@@ -14,7 +14,7 @@ from prompt_cases import FAMILY_NAMES, QUESTION, SYSTEM
 
 from agentserve.conversation import Conversation, Message, Reasoning, Text, ToolCall, ToolResult
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
-from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, align, splice
+from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, align, splice, splice_any
 
 
 def test_align_ignores_whitespace_only() -> None:
@@ -116,7 +116,7 @@ def test_replay_memory_is_bounded() -> None:
     memory = ReplayMemory(max_sessions=2)
     for s in ("a", "b", "c"):
         memory.remember(s, Produced.of(prompt.text, prompt, "x", [1]))
-    assert len(memory) == 2 and memory.get("a") is None and memory.get("c") is not None
+    assert len(memory) == 2 and memory.get("a") == [] and len(memory.get("c")) == 1
     small = ReplayMemory(max_size=10)
     small.remember("a", Produced.of(prompt.text, prompt, "x", [1]))
     assert len(small) == 0  # larger than the whole budget
@@ -144,3 +144,34 @@ def test_without_exact_replay_the_same_loop_loses_the_prefix(family: str) -> Non
     # The measurement can fail: re-rendering from the template breaks the shared prefix every turn.
     result = run(family, Variant("chat", keep_reasoning=False), exact_replay=False)
     assert result.append_only <= 1, result
+
+
+def test_a_side_request_under_the_same_session_does_not_cost_the_main_conversation() -> None:
+    # Claude Code's title request shares the main agent's session id: the main conversation's next
+    # turn must still splice onto its own last turn, not fall back to the template for all history.
+    pipeline = _pipeline()
+    memory = ReplayMemory()
+    first = render_prompt(_conversation(), pipeline)
+    raw = (
+        "<think>\nCheck it.\n</think>\n <tool_call>\n"
+        + '{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call><|im_end|>'
+    )
+    generated = pipeline.tokenizer.encode(raw)
+    main = Produced.of(first.text, first, raw, generated)
+    memory.remember("s", main)
+    side = render_prompt(Conversation((Text("Write a title."),), (Message("user", (Text("hi"),)),)), pipeline)
+    side_prompt, extends = splice_any(side, memory.get("s"), pipeline)
+    assert extends is None and side_prompt is side
+    memory.remember("s", Produced.of(side.text, side, "Title<|im_end|>", [1, 2]), extends)
+    turn = Message("assistant", (Reasoning("Check it."), ToolCall("call_1", "bash", '{"cmd": "ls"}')))
+    result = Message("tool", (ToolResult("call_1", (Text("a.py"),), False, "bash"),))
+    second = render_prompt(_conversation(turn, result), pipeline)
+    spliced, extends = splice_any(second, memory.get("s"), pipeline)
+    assert extends is main
+    previous = [*first.token_ids, *generated]
+    assert list(spliced.token_ids[: len(previous)]) == previous
+    memory.remember("s", Produced.of(second.text, spliced, "x", [3]), extends)
+    assert [p.prompt_text for p in memory.get("s")] == [spliced.text, side.text]  # main replaced
+    for i in range(6):  # a few conversations per session at most
+        memory.remember("s", Produced.of(str(i), side, "y", [4]))
+    assert len(memory.get("s")) == 4

@@ -205,18 +205,16 @@ class Frontend:
             ignored = ", ".join(request.ignored[:20])
             log.debug("%s %s: accepted and ignored %s", request_id, surface.name, ignored)
         session = identity.session_id
-        exact = session is not None and self.config.exact_replay
-        if exact:
-            assert session is not None
-            restored = self.answers.restore(session, request.conversation)
+        replaying = session if self.config.exact_replay else None
+        if replaying is not None:
+            restored = self.answers.restore(replaying, request.conversation)
             if restored is not request.conversation:
                 request = replace(request, conversation=restored)
         prompt = self.render(request)
         canonical = prompt.text
         extends = None
-        if exact:
-            assert session is not None
-            prompt, extends = splice_any(prompt, self.replay.get(session), self.pipeline)
+        if replaying is not None:
+            prompt, extends = splice_any(prompt, self.replay.get(replaying), self.pipeline)
         requested = request.options.max_tokens
         max_tokens = output_budget(
             None if requested == 0 else requested, len(prompt.token_ids), self.context_window
@@ -326,7 +324,7 @@ class Frontend:
             session = key_after(p.request.conversation, reply, self.pipeline.strip)
         if session is not None:
             self.drift.remember(session, p.prompt.token_ids, gen.generated)
-            if self.config.exact_replay and reply is not None:
+            if self.config.exact_replay and reply is not None and not p.discard_output:
                 output = self.pipeline.tokenizer.decode(gen.generated)
                 produced = Produced.of(p.canonical, p.prompt, output, gen.generated)
                 self.replay.remember(session, produced, p.extends)

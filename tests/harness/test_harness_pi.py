@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_stack import MODEL, Stack, check_loop_traces, delta, running_stack, scenario_args
+from harness_stack import (
+    MODEL,
+    Stack,
+    check_conversation_key,
+    check_loop_traces,
+    delta,
+    running_stack,
+    scenario_args,
+)
 from harness_tools import FINAL_TEXT, MISS, PROMPT, Run, base_env, check_loop_files, explain, require, run
 
 pytestmark = pytest.mark.slow
@@ -98,7 +106,12 @@ def test_pi_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack, tmp_pat
             assert current["cacheRead"] >= 0.9 * (previous["input"] + previous["cacheRead"])
 
     after = stack.metrics()
-    check_loop_traces(stack.traces(3, after=traced), "chat", "bash")
+    records = stack.traces(3, after=traced)
+    turns = check_loop_traces(records, "chat", "bash")
+    # pi sends no session id: the conversation's own key groups its turns (stable from turn 2), and
+    # each later turn extended the previous prompt + output (no drift).
+    check_conversation_key(records)
+    assert all(t["drift"] is not None and not t["drift"]["drifted"] for t in turns[1:]), turns
 
     assert delta(before, after, "agentserve_frontend_requests_total", api="chat") == 3
     assert delta(before, after, "agentserve_frontend_tool_calls_total", api="chat") == 3

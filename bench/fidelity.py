@@ -38,7 +38,7 @@ def cost(repeat: int = 30) -> None:
         '{"name": "Bash", "arguments": {"command": "git status"}}\n</tool_call><|im_end|>'
     )
     generated = pipeline.tokenizer.encode(raw)
-    produced = Produced.of(first.text, first, raw, generated)
+    produced = Produced.of(first.text, first, generated, raw)
     following = next_turn(request, 0)
     timings: dict[str, float] = {"render": float("inf"), "splice": float("inf")}
     spliced = None

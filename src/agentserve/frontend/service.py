@@ -50,7 +50,7 @@ from agentserve.frontend.retention import RetentionInputs, RetentionPolicy, Rete
 from agentserve.frontend.surfaces import Context, StreamWriter, Surface, stream_response_id
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
-from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
+from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, is_agent_traffic, render_prompt
 from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
 from agentserve.prompt.session import conversation_key, key_after
 from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice_any
@@ -317,26 +317,20 @@ class Frontend:
         finish = gen.finish
         if finish is None or finish.reason in ("abort", "error"):
             return
-        session = p.identity.session_id
-        reply = TurnAccumulator().feed_all(events).message() if session is not None else None
-        if session is not None and reply is not None and p.identity.source == CONVERSATION_SOURCE:
-            # Turn 1 has no reply to anchor its key yet: remember it under the key turn 2 will show.
-            session = key_after(p.request.conversation, reply, self.pipeline.strip)
-        if session is not None:
-            self.drift.remember(session, p.prompt.token_ids, gen.generated)
-            if self.config.exact_replay and reply is not None and not p.discard_output:
-                output = self.pipeline.tokenizer.decode(gen.generated)
-                produced = Produced.of(p.canonical, p.prompt, output, gen.generated)
-                self.replay.remember(session, produced, p.extends)
-                self.answers.remember(session, reply)
-            self._prompt_lengths[session] = len(p.prompt.token_ids)
-            self._prompt_lengths.move_to_end(session)
-            while len(self._prompt_lengths) > _MAX_SESSIONS:
-                self._prompt_lengths.popitem(last=False)
         calls = any(type(e) is ToolCallEnd for e in events)
         store = p.surface.name == "responses" and getattr(p.request, "store", False)
-        if calls or store:
-            turn = TurnAccumulator().feed_all(events)
+        turn = TurnAccumulator().feed_all(events) if calls or store else None
+        session = p.identity.session_id
+        conversation = p.request.conversation
+        reply = turn
+        first_turn = not any(m.role == "assistant" for m in conversation.messages)
+        if session is not None and p.identity.source == CONVERSATION_SOURCE and first_turn:
+            # Turn 1 has no reply to anchor its key yet: remember it under the key turn 2 will show.
+            reply = reply or TurnAccumulator().feed_all(events)
+            session = key_after(conversation, reply.message(), self.pipeline.strip)
+        if session is not None:
+            self._remember_session(p, gen, events, session, calls=calls, turn=reply)
+        if turn is not None:
             p.surface.remember(p.request, turn, response_id, self.ctx, p.scope)
             if store:
                 await self._save_response(p, turn, response_id, body)
@@ -345,6 +339,29 @@ class Frontend:
                 message = self.ctx.memory.turn(first.id, p.scope)
                 if message is not None:
                     await self.state.save_turns(p.scope, (message,))
+
+    def _remember_session(
+        self,
+        p: Prepared,
+        gen: Generation,
+        events: list[OutputEvent],
+        session: str,
+        *,
+        calls: bool,
+        turn: TurnAccumulator | None,
+    ) -> None:
+        """The session's drift state and exact-replay turn (and, for an agent's answer, the answer)."""
+        self.drift.remember(session, p.prompt.token_ids, gen.generated)
+        if self.config.exact_replay and not p.discard_output:
+            produced = Produced.of(p.canonical, p.prompt, gen.generated)
+            self.replay.remember(session, produced, p.extends)
+            # An answer's reasoning matters to the next prompt only where templates keep it (agents).
+            if not calls and is_agent_traffic(p.request.conversation):
+                self.answers.remember(session, (turn or TurnAccumulator().feed_all(events)).message())
+        self._prompt_lengths[session] = len(p.prompt.token_ids)
+        self._prompt_lengths.move_to_end(session)
+        while len(self._prompt_lengths) > _MAX_SESSIONS:
+            self._prompt_lengths.popitem(last=False)
 
     async def _save_response(
         self, p: Prepared, turn: TurnAccumulator, response_id: str, body: dict[str, object] | None

@@ -46,12 +46,12 @@ class Produced:
     prompt_text: str  # the prompt as sent (itself possibly spliced)
     prompt_ids: tuple[int, ...]  # the prompt's own tuple (no copy; the next prompt starts with it)
     prompt_hashes: tuple[int, ...]  # its full blocks' hashes (the next prompt's start: not hashed again)
-    output_text: str  # the model's raw output, decoded from its tokens
     output_ids: tuple[int, ...]
+    output_text: str | None  # the model's raw output; None: decoded from its tokens when needed
 
     @classmethod
     def of(
-        cls, canonical: str, prompt: RenderedPrompt, output_text: str, output_ids: Sequence[int]
+        cls, canonical: str, prompt: RenderedPrompt, output_ids: Sequence[int], output_text: str | None = None
     ) -> Produced:
         return cls(
             len(canonical),
@@ -59,13 +59,13 @@ class Produced:
             prompt.text,
             prompt.token_ids,
             prompt.block_hashes,
-            output_text,
             tuple(output_ids),
+            output_text,
         )
 
     @property
     def size(self) -> int:
-        return len(self.prompt_text) + len(self.output_text) + len(self.prompt_ids) + len(self.output_ids)
+        return len(self.prompt_text) + len(self.prompt_ids) + 2 * len(self.output_ids)
 
 
 def align(output: str, text: str, start: int) -> int | None:
@@ -97,6 +97,8 @@ def splice(rendered: RenderedPrompt, previous: Produced, pipeline: PromptPipelin
         return None
     ids = previous.prompt_ids
     output = previous.output_text
+    if output is None:  # decoded only for a session that goes on
+        output = pipeline.tokenizer.decode(previous.output_ids)
     end = align(output, text, n) if len(text) > n else None
     if end is not None:
         ids += previous.output_ids

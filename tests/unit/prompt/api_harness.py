@@ -106,7 +106,7 @@ class Server:
             self.memory.remember(TurnAccumulator().feed_all(events).message())
         if self.exact_replay:
             output = self.pipeline.tokenizer.decode(generated)
-            self.replay.remember("s", Produced.of(self.canonical[-1], prompt, output, generated), extends)
+            self.replay.remember("s", Produced.of(self.canonical[-1], prompt, generated, output), extends)
             self.answers.remember("s", TurnAccumulator().feed_all(events).message())
         self.served.append(Served(decoded, prompt, raw, generated, events_to_message(events)))
         return httpx2.Response(

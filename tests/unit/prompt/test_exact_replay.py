@@ -48,7 +48,7 @@ def test_splice_puts_back_the_models_own_whitespace_and_tokens() -> None:
         '{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call><|im_end|>'
     )
     generated = pipeline.tokenizer.encode(raw)
-    produced = Produced.of(first.text, first, pipeline.tokenizer.decode(generated), generated)
+    produced = Produced.of(first.text, first, generated, pipeline.tokenizer.decode(generated))
     turn = Message("assistant", (Reasoning("Check it."), ToolCall("call_1", "bash", '{"cmd": "ls"}')))
     result = Message("tool", (ToolResult("call_1", (Text("a.py"),), False, "bash"),))
     second = render_prompt(_conversation(turn, result), pipeline)
@@ -68,7 +68,7 @@ def test_a_retry_or_an_edited_turn_keeps_the_previous_prompt_as_sent() -> None:
     first = render_prompt(_conversation(), pipeline)
     raw = "<think>\nx\n</think>\nyes<|im_end|>"
     generated = pipeline.tokenizer.encode(raw)
-    produced = Produced.of(first.text, first, raw, generated)
+    produced = Produced.of(first.text, first, generated, raw)
     assert splice(first, produced, pipeline) == first  # a retry: the same prompt
     edited = render_prompt(
         _conversation(Message("assistant", (Text("no"),)), Message("user", (Text("?"),))), pipeline
@@ -84,7 +84,7 @@ def test_a_turn_that_differs_beyond_whitespace_is_reused_up_to_where_it_differs(
     first = render_prompt(_conversation(), pipeline)
     raw = "<think>\nLook.\n</think>\nParis is sunny today.<|im_end|>"
     generated = pipeline.tokenizer.encode(raw)
-    produced = Produced.of(first.text, first, raw, generated)
+    produced = Produced.of(first.text, first, generated, raw)
     # The client edited the end of the answer (and it is the turn after the last query: kept whole).
     edited = render_prompt(
         _conversation(Message("assistant", (Reasoning("Look."), Text("Paris is rainy.")))), pipeline
@@ -115,10 +115,10 @@ def test_replay_memory_is_bounded() -> None:
     prompt = render_prompt(_conversation(), pipeline)
     memory = ReplayMemory(max_sessions=2)
     for s in ("a", "b", "c"):
-        memory.remember(s, Produced.of(prompt.text, prompt, "x", [1]))
+        memory.remember(s, Produced.of(prompt.text, prompt, [1], "x"))
     assert len(memory) == 2 and memory.get("a") == [] and len(memory.get("c")) == 1
     small = ReplayMemory(max_size=10)
-    small.remember("a", Produced.of(prompt.text, prompt, "x", [1]))
+    small.remember("a", Produced.of(prompt.text, prompt, [1], "x"))
     assert len(small) == 0  # larger than the whole budget
 
 
@@ -157,12 +157,12 @@ def test_a_side_request_under_the_same_session_does_not_cost_the_main_conversati
         + '{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call><|im_end|>'
     )
     generated = pipeline.tokenizer.encode(raw)
-    main = Produced.of(first.text, first, raw, generated)
+    main = Produced.of(first.text, first, generated, raw)
     memory.remember("s", main)
     side = render_prompt(Conversation((Text("Write a title."),), (Message("user", (Text("hi"),)),)), pipeline)
     side_prompt, extends = splice_any(side, memory.get("s"), pipeline)
     assert extends is None and side_prompt is side
-    memory.remember("s", Produced.of(side.text, side, "Title<|im_end|>", [1, 2]), extends)
+    memory.remember("s", Produced.of(side.text, side, [1, 2], "Title<|im_end|>"), extends)
     turn = Message("assistant", (Reasoning("Check it."), ToolCall("call_1", "bash", '{"cmd": "ls"}')))
     result = Message("tool", (ToolResult("call_1", (Text("a.py"),), False, "bash"),))
     second = render_prompt(_conversation(turn, result), pipeline)
@@ -170,8 +170,8 @@ def test_a_side_request_under_the_same_session_does_not_cost_the_main_conversati
     assert extends is main
     previous = [*first.token_ids, *generated]
     assert list(spliced.token_ids[: len(previous)]) == previous
-    memory.remember("s", Produced.of(second.text, spliced, "x", [3]), extends)
+    memory.remember("s", Produced.of(second.text, spliced, [3], "x"), extends)
     assert [p.prompt_text for p in memory.get("s")] == [spliced.text, side.text]  # main replaced
     for i in range(6):  # a few conversations per session at most
-        memory.remember("s", Produced.of(str(i), side, "y", [4]))
+        memory.remember("s", Produced.of(str(i), side, [4], "y"))
     assert len(memory.get("s")) == 4

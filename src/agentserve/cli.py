@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from agentserve.api.options import GenerationOptions
+    from agentserve.api.request import DecodedRequest
     from agentserve.conversation import Conversation
     from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt
 
@@ -51,8 +53,9 @@ class _CliError(Exception):
     pass
 
 
-def _decode_request(api: str, text: str) -> Conversation:
-    """A request body of `api` (canonical: agentserve's JSON form, docs/prompt.md) as a Conversation."""
+def _decode_request(api: str, text: str) -> tuple[Conversation, GenerationOptions | None]:
+    """A request body of `api` (canonical: agentserve's JSON form, docs/prompt.md) as a Conversation,
+    with the API request's options (None for canonical bodies)."""
     from agentserve.api.anthropic import decode_messages
     from agentserve.api.chat import decode_chat
     from agentserve.api.errors import ApiError
@@ -66,13 +69,16 @@ def _decode_request(api: str, text: str) -> Conversation:
     except json.JSONDecodeError as exc:
         raise _CliError(f"request body is not JSON: {exc}") from exc
     try:
+        request: DecodedRequest
         if api == "anthropic":
-            return decode_messages(body).conversation
-        if api == "chat":
-            return decode_chat(body).conversation
-        if api == "responses":
-            return decode_responses(body, signer=Signer.random()).conversation
-        return conversation_from_json(body)
+            request = decode_messages(body)
+        elif api == "chat":
+            request = decode_chat(body)
+        elif api == "responses":
+            request = decode_responses(body, signer=Signer.random())
+        else:
+            return conversation_from_json(body), None
+        return request.conversation, request.options
     except ApiError as exc:
         raise _CliError(f"invalid {api} request: {exc.message}") from exc
     except PromptError as exc:
@@ -92,7 +98,18 @@ def _pipeline(args: argparse.Namespace) -> PromptPipeline:
 def _render(args: argparse.Namespace, text: str, pipeline: PromptPipeline) -> RenderedPrompt:
     from agentserve.prompt.pipeline import render_prompt
 
-    return render_prompt(_decode_request(args.api, text), pipeline, enable_thinking=args.enable_thinking)
+    conversation, options = _decode_request(args.api, text)
+    if options is None:
+        return render_prompt(conversation, pipeline, enable_thinking=args.enable_thinking)
+    # As the server renders it: the request's own thinking switch or effort, unless the flag says.
+    thinking = args.enable_thinking if args.enable_thinking is not None else options.reasoning.enabled
+    return render_prompt(
+        conversation,
+        pipeline,
+        enable_thinking=thinking,
+        template_kwargs=options.template_kwargs or None,
+        reasoning_effort=options.reasoning.level,
+    )
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

@@ -70,6 +70,11 @@ class PromptConfig(_Config):
     chat_template: str | None = Field(None, description="chat template file overriding the model's")
     replay_policy: ReplayPolicy = Field(ReplayPolicy.AUTO, description="how past reasoning is replayed")
     truncate_history_thinking: bool = Field(False, description="let templates drop older reasoning")
+    reasoning_default: Literal["template", "on", "off"] = Field(
+        "template",
+        description="thinking when a request asks for none either way (no effort, no thinking switch): "
+        "template (the chat template's own default), on, off",
+    )
     strip_anthropic_preamble: bool = Field(True, description="strip Claude Code's billing header block")
     strip_pattern: list[str] = Field(
         default_factory=list, description="extra volatile span to strip, NAME=REGEX (repeatable)"
@@ -148,6 +153,11 @@ class FrontendConfig(PromptConfig):
         return None if value is None else http_url(value, what="router", port=False)
 
     call_memory_turns: int = Field(4096, ge=1, description="assistant turns kept to restore client edits")
+    exact_replay: bool = Field(
+        True,
+        description="put each session's previous turn back into its next prompt as the model produced it "
+        "(its own tokens and whitespace) when the client's echo means the same turn",
+    )
     response_store_size: int = Field(1024, ge=1, description="stored responses for previous_response_id")
     drain_delay_s: float = Field(
         5.0, ge=0, description="on SIGTERM: seconds not ready but still serving (endpoints update)"

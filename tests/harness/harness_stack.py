@@ -169,6 +169,16 @@ def check_loop_traces(records: list[dict[str, Any]], api: str, tool: str) -> lis
     return turns
 
 
+def check_conversation_key(records: list[dict[str, Any]]) -> None:
+    """A harness that names no session gets the conversation's key: one from turn 2 on (turn 1 has no
+    reply to anchor it yet), in the traces as source `conversation`."""
+    contexts = [r["agent_context"] for r in records]
+    assert all(c["source"] == "conversation" and c["session_id"].startswith("conv-") for c in contexts), (
+        contexts
+    )
+    assert len({c["session_id"] for c in contexts[1:]}) == 1, contexts
+
+
 def scenario_args(scenario: str, *extra: str) -> list[str]:
     """Flags for a scripted sim: the scenario, no simulated waiting, the default model."""
     return ["--script", str(SCENARIOS / scenario), "--sim-speedup", "0", "--model", MODEL, *extra]

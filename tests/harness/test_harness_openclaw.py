@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_stack import MODEL, Stack, check_loop_traces, delta, running_stack, scenario_args
+from harness_stack import (
+    MODEL,
+    Stack,
+    check_conversation_key,
+    check_loop_traces,
+    delta,
+    running_stack,
+    scenario_args,
+)
 from harness_tools import FINAL_TEXT, MISS, PROMPT, Run, base_env, check_loop_files, explain, require, run
 
 pytestmark = pytest.mark.slow
@@ -87,7 +95,9 @@ def test_openclaw_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack, t
         assert out["usage"]["reasoningTokens"] > 0
 
     after = stack.metrics()
-    check_loop_traces(stack.traces(3, after=traced), "chat", "exec")
+    records = stack.traces(3, after=traced)
+    check_loop_traces(records, "chat", "exec")
+    check_conversation_key(records)  # no session header: the conversation's own key
 
     assert delta(before, after, "agentserve_frontend_requests_total", api="chat") == 3
     assert delta(before, after, "agentserve_frontend_tool_calls_total", api="chat") == 3

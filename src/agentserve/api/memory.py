@@ -47,12 +47,17 @@ def same_arguments(remembered: str, value: Any) -> bool:
     return value is not _NOT_JSON and _loads(remembered) == value
 
 
+# Turns kept per call id. Our ids are random, but native ones repeat across conversations (Kimi's
+# `functions.NAME:IDX`): two concurrent conversations must not evict each other's turns.
+_PER_ID = 4
+
+
 class CallMemory:
     __slots__ = ("_max", "_turns")
 
     def __init__(self, max_turns: int = 4096) -> None:
         self._max = max_turns
-        self._turns: OrderedDict[str, Message] = OrderedDict()
+        self._turns: OrderedDict[str, tuple[Message, ...]] = OrderedDict()  # newest first
 
     def __len__(self) -> int:
         return len(self._turns)
@@ -61,64 +66,98 @@ class CallMemory:
         """Keep an assistant turn that made calls (turns without calls cannot be found again)."""
         for call in message.tool_calls:
             key = _key(scope, call.id)
-            self._turns[key] = message
-            self._turns.move_to_end(key)
+            older = self._turns.pop(key, ())
+            self._turns[key] = (message, *(t for t in older if t != message))[:_PER_ID]
         while len(self._turns) > self._max:
             self._turns.popitem(last=False)
 
-    def turn(self, call_id: str, scope: str = "") -> Message | None:
+    def _candidates(self, call_id: str, scope: str) -> tuple[Message, ...]:
         if not self._turns:
-            return None
+            return ()
         key = _key(scope, call_id)
-        message = self._turns.get(key)
-        if message is not None:
+        turns = self._turns.get(key, ())
+        if turns:
             self._turns.move_to_end(key)
-        return message
+        return turns
+
+    def turn(self, call_id: str, scope: str = "") -> Message | None:
+        """The newest turn remembered under this call id."""
+        turns = self._candidates(call_id, scope)
+        return turns[0] if turns else None
 
     def call(self, call_id: str, scope: str = "") -> ToolCall | None:
         message = self.turn(call_id, scope)
-        if message is None:
-            return None
-        wanted = _key(scope, call_id)
-        for call in message.tool_calls:
-            if _key(scope, call.id) == wanted:
-                return call
-        return None
+        return _call_in(message, _key(scope, call_id), scope) if message is not None else None
 
     def restore_arguments(self, call_id: str, name: str, value: Any, scope: str = "") -> str | None:
         """The exact arguments text the model wrote for this call, if `value` still means it."""
-        call = self.call(call_id, scope)
-        if call is None or call.name != name or not same_arguments(call.arguments, value):
-            return None
-        return call.arguments
+        wanted = _key(scope, call_id)
+        for message in self._candidates(call_id, scope):
+            call = _call_in(message, wanted, scope)
+            if call is not None and call.name == name and same_arguments(call.arguments, value):
+                return call.arguments
+        return None
 
-    def restore_turn(
-        self, sent: Message, sent_reasoning: str | None, separator: str, scope: str = ""
-    ) -> Message | None:
+    def restore_turn(self, sent: Message, sent_reasoning: str | None, scope: str = "") -> Message | None:
         """The remembered turn that `sent` (a flattened echo of it) describes, or None.
 
         `sent` carries the client's calls and text; `sent_reasoning` is its flat reasoning field
-        (None or "" when dropped), which must otherwise equal the remembered segments joined by
-        `separator`. All-or-nothing: an edited turn is the client's to keep.
+        (None or "" when dropped), which must otherwise hold the remembered segments in order,
+        joined by whitespace of any kind (`same_reasoning`). All-or-nothing: an edited turn is the
+        client's to keep.
         """
         calls = sent.tool_calls
         if not calls:
             return None
-        turn = self.turn(calls[0].id, scope)
-        if turn is None:
-            return None
-        mine = turn.tool_calls
-        if len(mine) != len(calls):
-            return None
-        for a, b in zip(mine, calls, strict=True):
-            if _key(scope, a.id) != _key(scope, b.id) or a.name != b.name:
-                return None
-            if not same_arguments(a.arguments, b.arguments):
-                return None
-        if "".join(p.text for p in turn.parts if isinstance(p, Text)).strip() != sent.text.strip():
-            return None
-        if sent_reasoning:
-            segments = separator.join(p.text for p in turn.parts if isinstance(p, Reasoning))
-            if segments.strip() != sent_reasoning.strip():
-                return None
-        return turn
+        for turn in self._candidates(calls[0].id, scope):
+            if _same_turn(turn, sent, sent_reasoning, scope):
+                return turn
+        return None
+
+
+def _call_in(message: Message, wanted: str, scope: str) -> ToolCall | None:
+    for call in message.tool_calls:
+        if _key(scope, call.id) == wanted:
+            return call
+    return None
+
+
+def _same_turn(turn: Message, sent: Message, sent_reasoning: str | None, scope: str) -> bool:
+    """`sent` (a client's flattened echo) describes `turn`: the same calls, text and reasoning."""
+    calls = sent.tool_calls
+    mine = turn.tool_calls
+    if len(mine) != len(calls):
+        return False
+    for a, b in zip(mine, calls, strict=True):
+        if _key(scope, a.id) != _key(scope, b.id) or a.name != b.name:
+            return False
+        if not same_arguments(a.arguments, b.arguments):
+            return False
+    if "".join(p.text for p in turn.parts if isinstance(p, Text)).strip() != sent.text.strip():
+        return False
+    return not sent_reasoning or same_reasoning(
+        [p.text for p in turn.parts if isinstance(p, Reasoning)], sent_reasoning
+    )
+
+
+def same_reasoning(segments: list[str], flat: str) -> bool:
+    """`flat` is `segments` in order, each trimmed, joined by whitespace-only separators.
+
+    Clients join interleaved segments their own way (our encoder writes "\n\n", pi echoes that,
+    OpenClaw writes "\n\n\n", others trim), so only the segments' text has to match.
+    """
+    pos = _skip_space(flat, 0)
+    for segment in segments:
+        text = segment.strip()
+        if not text:
+            continue
+        if not flat.startswith(text, pos):
+            return False
+        pos = _skip_space(flat, pos + len(text))
+    return pos == len(flat)
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos

@@ -37,12 +37,35 @@ class ReasoningOptions:
 
     @property
     def enabled(self) -> bool | None:
-        """True/False when the client decided, None to keep the model's default."""
-        if self.mode == "disabled" or self.effort == "none":
+        """True/False when the client decided, None to keep the deployment's default.
+
+        An explicit mode wins (Anthropic `thinking`, Chat `chat_template_kwargs.enable_thinking`);
+        otherwise an effort decides: asking for any level of reasoning turns a hybrid template's
+        thinking on (Codex sends `reasoning.effort`, pi `reasoning_effort`, without a mode), and
+        `none`/`minimal` turn it off.
+        """
+        if self.mode == "disabled":
             return False
         if self.mode in ("enabled", "adaptive"):
             return True
+        if self.effort in _OFF_EFFORTS:
+            return False
+        if self.effort is not None:
+            return True
         return None
+
+    @property
+    def level(self) -> str | None:
+        """The effort on a three-step scale (`low|medium|high`) for templates with a real knob
+        (gpt-oss's `Reasoning:` system line); None when the client named no effort."""
+        if self.effort is None:
+            return None
+        return _LEVELS.get(self.effort, "high")
+
+
+_OFF_EFFORTS = frozenset({"none", "minimal"})
+# gpt-oss cannot stop reasoning: "none"/"minimal" are its lowest level; "xhigh"/"max" its highest.
+_LEVELS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium"}
 
 
 @dataclass(frozen=True, slots=True)

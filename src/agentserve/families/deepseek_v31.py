@@ -203,7 +203,7 @@ class DeepSeekToolCalls(MarkerBlock):
             return
         self.done = True
         if self._state in (_ARGS, _FENCE):
-            self._calls.fail("truncated", out, "output ended inside the tool call")
+            self._calls.finish(out)  # complete arguments without <｜tool▁call▁end｜> are a call
         else:
             self.fallback = "".join(self._raw)
 

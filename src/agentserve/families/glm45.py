@@ -165,6 +165,9 @@ class Glm45Block(XmlCallBlock):
         self._finish_call(out)
         self.done = True
 
+    def _between_arguments(self) -> bool:
+        return self._state == _BODY_S
+
     def _close_uncommitted(self, out: list[OutputEvent]) -> None:
         self.fallback = "".join(self._pending) + "".join(self._name)
 

@@ -129,7 +129,7 @@ class KimiToolSection(MarkerBlock):
             return
         self.done = True
         if self._state == _ARGS:
-            self._calls.fail("truncated", out, "output ended inside the tool call")
+            self._calls.finish(out)  # complete arguments without <|tool_call_end|> are a call
         else:
             self.fallback = "".join(self._raw)
 

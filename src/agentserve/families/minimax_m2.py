@@ -198,6 +198,9 @@ class MiniMaxBlock(XmlCallBlock):
             return self._give_up(i)  # gives back the text of nameless invokes, if any
         return i
 
+    def _between_arguments(self) -> bool:
+        return self._state == _BODY_S
+
     def _close_uncommitted(self, out: list[OutputEvent]) -> None:
         tag = INVOKE + "".join(self._tag) if self._state == _INVOKE_TAG else ""
         self.fallback = "".join(self._pending) + tag

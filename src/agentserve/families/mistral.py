@@ -8,7 +8,8 @@ Raw output, by tokenizer version::
     [TOOL_CALLS]add[CALL_ID]a1b2c3d4e[ARGS]{"a": 1}                                    (newer)
 
 Magistral thinks in `[THINK]…[/THINK]`; a `[TOOL_CALLS]` inside the thought ends it. `</s>` and
-an optional `[/TOOL_CALLS]` carry no content. A native `[CALL_ID]` is kept as the call's id.
+an optional `[/TOOL_CALLS]` after calls carry no content (elsewhere `[/TOOL_CALLS]` is
+text). A native `[CALL_ID]` is kept as the call's id.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser,
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS, CALL_ID = "[ARGS]", "[CALL_ID]"
-END_OF_TURN = ("</s>", "[/TOOL_CALLS]")
+TOOL_CALLS_END = "[/TOOL_CALLS]"  # optional after calls; elsewhere text
+END_OF_TURN = ("</s>",)
 
 _WS = " \t\r\n"
 _NAME_RUN = re.compile(r"[\w.\-]+")
@@ -47,6 +49,7 @@ class MistralCallBlock:
         "_state",
         "done",
         "fallback",
+        "reparse",
     )
 
     def __init__(self, ctx: BlockContext) -> None:
@@ -59,6 +62,7 @@ class MistralCallBlock:
         self._scanner = JsonValueScanner()
         self.done = False
         self.fallback = ""
+        self.reparse = ""  # text after a broken call, for the driver to parse again
 
     def feed(self, buf: str, i: int, out: list[OutputEvent]) -> int:
         n = len(buf)
@@ -166,8 +170,20 @@ class MistralCallBlock:
             self._sync(self._inner)
             return
         self.done = True
-        if self._ctx.calls.open:
-            self._ctx.calls.fail("truncated", out, "output ended inside the tool call")
+        calls = self._ctx.calls
+        if calls.open:
+            # The JSON never closed. A `[TOOL_CALLS]` inside it (a literal one inside a string would
+            # have let it close) means it was broken, not cut off: report it malformed up to there
+            # and parse the calls after it again, instead of letting them be swallowed.
+            streamed = calls.streamed
+            at = streamed.find(TOOL_CALLS)
+            if at >= 0:
+                calls.fail(
+                    "malformed", out, "arguments not closed before the next [TOOL_CALLS]", streamed[:at]
+                )
+                self.reparse = streamed[at:]
+            else:
+                calls.finish(out)
         else:
             self.fallback = "".join(self._raw)
 
@@ -181,6 +197,7 @@ SYNTAX = Syntax(
     think_close="[/THINK]",
     tool_blocks={TOOL_CALLS: _tool_calls},
     swallow=END_OF_TURN,
+    tails={TOOL_CALLS: TOOL_CALLS_END},
 )
 
 

@@ -30,8 +30,8 @@ def _toolcall(ctx: BlockContext) -> ToolBlock:
     return JsonCallsBlock(BlockContext(ctx.calls, ctx.tools, ""), CLOSE)
 
 
-# A `</TOOLCALL>` left over after a block gave up (or a stray one) carries no content.
-SYNTAX = Syntax(tool_blocks={OPEN: _toolcall}, swallow=(CLOSE, *END_OF_TURN))
+# A `</TOOLCALL>` left over after a block gave up carries no content; a stray one is text.
+SYNTAX = Syntax(tool_blocks={OPEN: _toolcall}, swallow=END_OF_TURN, tails={OPEN: CLOSE})
 
 
 def make_parser(options: ParserOptions) -> StreamParser:

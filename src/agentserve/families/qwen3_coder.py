@@ -216,6 +216,9 @@ class Qwen3CoderBlock(XmlCallBlock):
             self.fallback = block.fallback
         return i
 
+    def _between_arguments(self) -> bool:
+        return self._state == _BODY_S
+
     def _close_uncommitted(self, out: list[OutputEvent]) -> None:
         if self._state == _JSON and self._json is not None:
             self._json.close(out)

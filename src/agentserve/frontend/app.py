@@ -87,7 +87,7 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
             body = parse_json(await read_body(request, config.max_body_bytes))
             await frontend.state.prefetch(api, body, scope or "")
             decoded = surface.decode(body, frontend.ctx, scope or "")
-            identity = decoded.agent_identity(headers)
+            identity = frontend.identify(decoded, decoded.agent_identity(headers))
             trace = frontend.trace(request_id, api, headers, decoded, identity)
             prepared = frontend.prepare(
                 surface, decoded, identity, trace, scope=scope or "", request_id=request_id

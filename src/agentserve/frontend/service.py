@@ -16,7 +16,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentserve.api.catalog import ModelFacts
 from agentserve.api.errors import (
@@ -56,7 +56,10 @@ from agentserve.frontend.surfaces import (
 )
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
-from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
+from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, is_agent_traffic, render_prompt
+from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
+from agentserve.prompt.session import conversation_key, key_after
+from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice_any
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
@@ -81,7 +84,9 @@ class Prepared:
     scope: str  # the caller's memory scope (a digest of its API key, or "")
     request_id: str
     identity: AgentIdentity
-    prompt: RenderedPrompt
+    prompt: RenderedPrompt  # as sent: with the session's previous turn spliced back in (exact replay)
+    canonical: str  # the prompt text as the template rendered it
+    extends: Produced | None  # the session's remembered turn this prompt was spliced onto
     max_tokens: int
     discard_output: bool  # Anthropic max_tokens 0: prefill only (a cache pre-warm)
     drift: DriftReport | None
@@ -146,6 +151,8 @@ class Frontend:
             registry=self.telemetry.metrics.registry,
         )
         self.drift = DriftDetector(pipeline.tokenizer.decode)
+        self.replay = ReplayMemory()  # per session: the last prompt as sent and the output (exact replay)
+        self.answers = AnswerMemory()
         # The family's end-of-turn tokens, sent with every request (resolved once, not per request).
         self.stops = engine_stops(pipeline.family.stop_tokens, pipeline.tokenizer.token_id)
         self._prompt_lengths: OrderedDict[str, int] = OrderedDict()  # session → last prompt's length
@@ -157,6 +164,16 @@ class Frontend:
         if not self.config.accept_any_model and name not in self._model_ids:
             raise ModelNotFoundError(name)
 
+    def identify(self, request: DecodedRequest, identity: AgentIdentity) -> AgentIdentity:
+        """The request's identity; without a session id from a header or the body (pi, OpenClaw), the
+        conversation's own key (`prompt.session`) stands in for traces, drift, affinity and retention."""
+        if identity.session_id is not None:
+            return identity
+        key = conversation_key(request.conversation, self.pipeline.strip)
+        if key is None:
+            return identity
+        return replace(identity, session_id=key, source=CONVERSATION_SOURCE)
+
     def render(self, request: DecodedRequest) -> RenderedPrompt:
         """The prompt exactly as the real request renders it (count_tokens uses this too)."""
         options = request.options
@@ -166,6 +183,7 @@ class Frontend:
                 self.pipeline,
                 enable_thinking=options.reasoning.enabled,
                 template_kwargs=options.template_kwargs or None,
+                reasoning_effort=options.reasoning.level,
             )
         except PromptError as exc:
             raise InvalidRequestError(str(exc)) from None
@@ -202,13 +220,22 @@ class Frontend:
         if request.ignored:
             ignored = ", ".join(request.ignored[:20])
             log.debug("%s %s: accepted and ignored %s", request_id, surface.name, ignored)
+        session = identity.session_id
+        replaying = session if self.config.exact_replay else None
+        if replaying is not None:
+            restored = self.answers.restore(replaying, request.conversation)
+            if restored is not request.conversation:
+                request = replace(request, conversation=restored)
         prompt = self.render(request)
+        canonical = prompt.text
+        extends = None
+        if replaying is not None:
+            prompt, extends = splice_any(prompt, self.replay.get(replaying), self.pipeline)
         requested = request.options.max_tokens
         max_tokens = output_budget(
             None if requested == 0 else requested, len(prompt.token_ids), self.context_window
         )
         drift = previous_prompt = None
-        session = identity.session_id
         if session is not None:
             drift = self.drift.check(session, prompt.token_ids)
             previous_prompt = self._prompt_lengths.get(session)
@@ -230,6 +257,8 @@ class Frontend:
             request_id=request_id,
             identity=identity,
             prompt=prompt,
+            canonical=canonical,
+            extends=extends,
             max_tokens=1 if requested == 0 else max_tokens,
             discard_output=requested == 0,
             drift=drift,
@@ -304,17 +333,20 @@ class Frontend:
         finish = gen.finish
         if finish is None or finish.reason in ("abort", "error"):
             return
-        session = p.identity.session_id
-        if session is not None:
-            self.drift.remember(session, p.prompt.token_ids, gen.generated)
-            self._prompt_lengths[session] = len(p.prompt.token_ids)
-            self._prompt_lengths.move_to_end(session)
-            while len(self._prompt_lengths) > _MAX_SESSIONS:
-                self._prompt_lengths.popitem(last=False)
         calls = any(type(e) is ToolCallEnd for e in events)
         store = p.surface.name == "responses" and getattr(p.request, "store", False)
-        if calls or store:
-            turn = TurnAccumulator().feed_all(events)
+        turn = TurnAccumulator().feed_all(events) if calls or store else None
+        session = p.identity.session_id
+        conversation = p.request.conversation
+        reply = turn
+        first_turn = not any(m.role == "assistant" for m in conversation.messages)
+        if session is not None and p.identity.source == CONVERSATION_SOURCE and first_turn:
+            # Turn 1 has no reply to anchor its key yet: remember it under the key turn 2 will show.
+            reply = reply or TurnAccumulator().feed_all(events)
+            session = key_after(conversation, reply.message(), self.pipeline.strip)
+        if session is not None:
+            self._remember_session(p, gen, events, session, calls=calls, turn=reply)
+        if turn is not None:
             p.surface.remember(p.request, turn, response_id, self.ctx, p.scope)
             if store:
                 await self._save_response(p, turn, response_id, body)
@@ -323,6 +355,29 @@ class Frontend:
                 message = self.ctx.memory.turn(first.id, p.scope)
                 if message is not None:
                     await self.state.save_turns(p.scope, (message,))
+
+    def _remember_session(
+        self,
+        p: Prepared,
+        gen: Generation,
+        events: list[OutputEvent],
+        session: str,
+        *,
+        calls: bool,
+        turn: TurnAccumulator | None,
+    ) -> None:
+        """The session's drift state and exact-replay turn (and, for an agent's answer, the answer)."""
+        self.drift.remember(session, p.prompt.token_ids, gen.generated)
+        if self.config.exact_replay and not p.discard_output:
+            produced = Produced.of(p.canonical, p.prompt, gen.generated)
+            self.replay.remember(session, produced, p.extends)
+            # An answer's reasoning matters to the next prompt only where templates keep it (agents).
+            if not calls and is_agent_traffic(p.request.conversation):
+                self.answers.remember(session, (turn or TurnAccumulator().feed_all(events)).message())
+        self._prompt_lengths[session] = len(p.prompt.token_ids)
+        self._prompt_lengths.move_to_end(session)
+        while len(self._prompt_lengths) > _MAX_SESSIONS:
+            self._prompt_lengths.popitem(last=False)
 
     async def _save_response(
         self, p: Prepared, turn: TurnAccumulator, response_id: str, body: dict[str, object] | None

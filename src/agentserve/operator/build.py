@@ -262,6 +262,10 @@ MAPPINGS: tuple[Mapping, ...] = (
         _s(lambda s: s.agent.replay.truncate_history_thinking),
     ),
     Mapping(
+        "agent.reasoningDefault", "frontend", "reasoning_default", _s(lambda s: s.agent.reasoning_default)
+    ),
+    Mapping("agent.exactReplay", "frontend", "exact_replay", _s(lambda s: s.agent.exact_replay)),
+    Mapping(
         "agent.preambleStripping.enabled",
         "frontend",
         "strip_anthropic_preamble",

@@ -253,6 +253,17 @@ class AgentSpec(_Spec):
         None, description="tool-call parser: a family name or alias (default: the model family's)"
     )
     replay: ReplaySpec = Field(ReplaySpec.model_validate({}), description="reasoning replay policy")
+    reasoning_default: Literal["template", "on", "off"] = Field(
+        "template",
+        description="thinking for requests that name no reasoning effort or thinking switch: template "
+        "(the chat template's default), on, off. A requested effort (low..xhigh, Anthropic thinking "
+        "enabled/adaptive) always turns it on, none/minimal/disabled off",
+    )
+    exact_replay: bool = Field(
+        True,
+        description="put each session's previous turn back into its next prompt as the model produced it "
+        "(its own tokens and whitespace) when the client's echo means the same turn",
+    )
     preamble_stripping: PreambleStripping = Field(
         PreambleStripping.model_validate({}), description="volatile-span stripping"
     )

@@ -12,7 +12,9 @@ Rules shared by all families:
   without closing their thought first) where the family says so.
 - A block that turns out not to be a tool call gives its text back, and it is emitted exactly where
   it was, in the segment it was in: stray tags pass through as text.
-- A `</think>` with no open reasoning (templates that put `<think>` in the prompt) is dropped.
+- A `</think>` with no open reasoning before any output (templates that put `<think>` in the prompt)
+  is dropped; after output (a closed thought, text or a call) it is literal text: a model that writes
+  about the tag keeps it (DeepSeek-R1 answers that quote `</think>`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ class Syntax:
     tool_blocks: Mapping[str, BlockFactory] = field(default_factory=dict)
     tools_end_reasoning: bool = True  # a tool opener inside reasoning ends it and starts the call
     swallow: Sequence[str] = ()  # end-of-turn and other tokens that carry no content
+    # Closing markup a block may leave behind (opener → closer: Nemotron `</TOOLCALL>` after a block
+    # that gave up, Mistral's optional `[/TOOL_CALLS]`): dropped once after that block's opener,
+    # text anywhere else (a stray closing marker is the model's text).
+    tails: Mapping[str, str] = field(default_factory=dict)
     # A block opened by the shape of the content rather than a marker (Llama 3 JSON, pythonic):
     # when the first non-space character of the content is one of `start_chars`.
     start_block: BlockFactory | None = None
@@ -98,6 +104,9 @@ class StreamParser:
         "_content_seen",
         "_held",
         "_in_reasoning",
+        "_output_started",
+        "_pending_tail",
+        "_reasoning_cut",
         "_reasoning_markers",
         "_syntax",
         "_text",
@@ -112,7 +121,7 @@ class StreamParser:
         self._calls = ToolCalls(options.id_factory)
         openers = list(syntax.tool_blocks)
         think = [m for m in (syntax.think_open, syntax.think_close) if m]
-        self._content_markers = MarkerSet([*think, *openers, *syntax.swallow])
+        self._content_markers = MarkerSet([*think, *openers, *syntax.swallow, *syntax.tails.values()])
         in_reasoning = [m for m in (syntax.think_close,) if m]
         if syntax.tools_end_reasoning:
             in_reasoning += openers
@@ -128,6 +137,9 @@ class StreamParser:
         self._block_calls = 0
         self._block_from_reasoning = False
         self._content_seen = syntax.start_block is None
+        self._output_started = False  # reasoning closed, text or a block seen: `</think>` is literal now
+        self._reasoning_cut = False  # a call ended the thought: the model may still close it
+        self._pending_tail: str | None = None  # the closing markup the last block may leave
         self._closed = False
 
     @property
@@ -151,11 +163,16 @@ class StreamParser:
             return []
         self._closed = True
         out: list[OutputEvent] = []
-        block = self._block
-        if block is not None:
+        while self._block is not None:
+            block = self._block
             pos = len(out)
             block.close(out)
             self._after_block(block, pos, out)
+            # A block that recovered from a broken call gives back the text after it: parse it again.
+            rest = getattr(block, "reparse", "")
+            if rest:
+                rest, self._held = rest + self._held, ""
+                self._run(rest, out)
         if self._held:
             self._segment().write(self._held, out)
             self._held = ""
@@ -206,8 +223,10 @@ class StreamParser:
 
     def _write(self, text: str, out: list[OutputEvent]) -> None:
         if text:
-            if not self._in_reasoning and not self._content_seen and not text.isspace():
+            if not self._in_reasoning and not text.isspace():
                 self._content_seen = True
+                self._output_started = True
+                self._reasoning_cut = False
             self._segment().write(text, out)
 
     def _maybe_start_block(self, buf: str, i: int) -> int:
@@ -242,13 +261,24 @@ class StreamParser:
             if self._in_reasoning:
                 self._thought.end(out)
                 self._in_reasoning = False
-            # else: an orphan close (the opener was in the prompt, or a duplicate): carries nothing
+                self._output_started = True
+            elif self._reasoning_cut:
+                self._reasoning_cut = False  # the close of a thought a call already ended (K2, GLM)
+            elif self._output_started:
+                self._write(marker, out)  # after the thought: the model is writing the tag itself
+            # else: an orphan close before any output (the opener was in the prompt): nothing
         elif marker in syntax.tool_blocks:
             self._open_block(syntax.tool_blocks[marker], marker)
+        elif marker == self._pending_tail:
+            self._pending_tail = None  # the closing markup of the last block
+        elif marker not in syntax.swallow:
+            self._write(marker, out)  # a closing marker with no block to close: text
         # else: a swallowed token
 
     def _open_block(self, factory: BlockFactory, opener: str) -> None:
         self._content_seen = True  # a tool block is content: the start block opens only before one
+        self._output_started = True
+        self._pending_tail = self._syntax.tails.get(opener)
         self._block = factory(BlockContext(self._calls, self._tools, opener))
         self._block_calls = self._calls.count
         self._block_from_reasoning = self._in_reasoning
@@ -261,6 +291,7 @@ class StreamParser:
             if self._block_from_reasoning:
                 self._thought.end(ends)
                 self._in_reasoning = False
+                self._reasoning_cut = True
             self._text.end(ends)
             if ends:
                 out[pos:pos] = ends

@@ -94,13 +94,39 @@ class ToolCalls:
         out.append(ToolCallEnd(self.index, args))
         return True
 
+    def finish(self, out: list[OutputEvent]) -> bool:
+        """The output ended with this call open: a call, if its arguments are already complete.
+
+        Engines that stop on a family's call terminator strip it from the output by default, so a
+        missing terminator is normal: arguments that are a complete JSON object dispatch (True);
+        anything else (none yet, cut off, invalid) is reported `truncated`, never dispatched.
+        """
+        args = "".join(self._args)
+        if args.strip() and _is_object(args):
+            return self.end(out)
+        self.fail("truncated", out, "output ended inside the tool call")
+        return False
+
     def fail(
-        self, reason: Literal["truncated", "malformed"], out: list[OutputEvent], message: str = ""
+        self,
+        reason: Literal["truncated", "malformed"],
+        out: list[OutputEvent],
+        message: str = "",
+        raw: str | None = None,
     ) -> None:
         """Abandon the open call (truncated or malformed); it is reported, never dispatched."""
         self.open = False
-        out.append(ToolCallError(self.index, reason, self._raw_text("".join(self._args)), message))
+        if raw is None:
+            raw = self._raw_text("".join(self._args))
+        out.append(ToolCallError(self.index, reason, raw, message))
 
     def _raw_text(self, args: str) -> str:
         # Syntaxes whose arguments are converted (XML) record the model's own text; JSON ones are the args.
         return "".join(self._raw) if self._raw else args
+
+
+def _is_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except (json.JSONDecodeError, RecursionError):
+        return False

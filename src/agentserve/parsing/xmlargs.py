@@ -81,6 +81,17 @@ def tool_properties(tools: Mapping[str, ToolSpec], name: str) -> Mapping[str, An
     return props if isinstance(props, Mapping) else {}
 
 
+def tool_required(tools: Mapping[str, ToolSpec], name: str) -> frozenset[str]:
+    """The `required` parameter names of a declared tool (empty when unknown)."""
+    spec = tools.get(name)
+    if spec is None or not isinstance(spec.parameters, Mapping):
+        return frozenset()
+    required = spec.parameters.get("required")
+    if not isinstance(required, list):
+        return frozenset()
+    return frozenset(r for r in required if isinstance(r, str))
+
+
 def value_types(schema: object) -> tuple[str, ...]:
     """The JSON types a schema allows, in the order to try them: non-string types first, then string.
 

@@ -27,7 +27,7 @@ from typing import ClassVar, Literal
 from agentserve.conversation import OutputEvent
 from agentserve.parsing.scanner import MarkerSet
 from agentserve.parsing.stream import BlockContext
-from agentserve.parsing.xmlargs import ArgsWriter, tool_properties
+from agentserve.parsing.xmlargs import ArgsWriter, tool_properties, tool_required
 
 # Function and tool names: word characters plus the separators MCP and namespaced tools use.
 VALID_NAME = re.compile(r"[\w.:/-]+")
@@ -45,6 +45,11 @@ def tags(*names: str) -> MarkerSet:
 def skip_ws(buf: str, i: int) -> int:
     m = _WS.match(buf, i)
     return m.end() if m is not None else i
+
+
+def _closing(tail: str) -> bool:
+    """What a block held at the end is whitespace or the start of a closing tag."""
+    return not tail.strip() or tail.lstrip().startswith("</")
 
 
 def is_partial(buf: str, j: int, markers: tuple[str, ...]) -> bool:
@@ -66,6 +71,7 @@ class XmlCallBlock(ABC):
         "_malformed",
         "_pending",
         "_raw",
+        "_required",
         "_tail",
         "done",
         "fallback",
@@ -81,6 +87,7 @@ class XmlCallBlock(ABC):
         # Text consumed outside a call, given back as output if the block turns out not to be one.
         self._pending: list[str] = [ctx.opener]
         self._raw: list[str] = []  # model text of the open call
+        self._required: set[str] = set()  # required parameters of the open call not written yet
         self.done = False
         self.fallback = ""
 
@@ -106,11 +113,21 @@ class XmlCallBlock(ABC):
         self.done = True
         calls = self._ctx.calls
         if calls.open:
-            self._raw.append(self._tail)
-            self._fail("malformed" if self._malformed else "truncated", out)
+            complete = self._between_arguments() and not self._required and _closing(self._tail)
+            if not self._malformed and complete:
+                # Every parameter is closed and the schema's required ones are there: only the call's
+                # end tag is missing (engines strip it). A cut between parameters is not a call.
+                self._finish_call(out)
+            else:
+                self._raw.append(self._tail)
+                self._fail("malformed" if self._malformed else "truncated", out)
         else:
             self._close_uncommitted(out)
         self._tail = ""
+
+    def _between_arguments(self) -> bool:
+        """The open call is between parameters (none is half-written): its arguments are complete."""
+        return False
 
     def _close_uncommitted(self, out: list[OutputEvent]) -> None:
         """End of output outside a call: what was consumed is plain text."""
@@ -130,6 +147,7 @@ class XmlCallBlock(ABC):
         calls.start(name, out)
         self._raw = [raw]
         self._args = ArgsWriter(calls, tool_properties(self._ctx.tools, name))
+        self._required = set(tool_required(self._ctx.tools, name))
         self._malformed = ""
         self._pending = []
 
@@ -174,6 +192,7 @@ class XmlCallBlock(ABC):
         return m.end(), m.group()
 
     def _begin_value(self, key: str, out: list[OutputEvent]) -> None:
+        self._required.discard(key)
         self._args.begin(key, out)
         self._fresh = True
         self._in_value = True

@@ -45,6 +45,7 @@ class PromptPipeline:
     block_size: int = 32
     hash_seed: int = 0
     truncate_history_thinking: bool = False
+    reasoning_default: bool | None = None  # thinking when a request does not say (None: the template's)
     markup: FamilyMarkup = field(init=False)
 
     def __post_init__(self) -> None:
@@ -78,7 +79,11 @@ class PromptPipeline:
             block_size=config.block_size,
             hash_seed=config.hash_seed,
             truncate_history_thinking=config.truncate_history_thinking,
+            reasoning_default=_REASONING_DEFAULTS[config.reasoning_default],
         )
+
+
+_REASONING_DEFAULTS: dict[str, bool | None] = {"template": None, "on": True, "off": False}
 
 
 def resolve_family(config: PromptConfig) -> Family:
@@ -134,6 +139,7 @@ def template_input(
     *,
     enable_thinking: bool | None = None,
     template_kwargs: Mapping[str, Any] | None = None,
+    reasoning_effort: str | None = None,
 ) -> TemplateInput:
     template = pipeline.templates.select(bool(conversation.tools))
     mode = resolve_mode(pipeline.replay, template, pipeline.markup)
@@ -144,7 +150,11 @@ def template_input(
     kwargs["truncate_history_thinking"] = pipeline.truncate_history_thinking and not is_agent_traffic(
         conversation
     )
+    if reasoning_effort is not None:
+        kwargs["reasoning_effort"] = reasoning_effort  # gpt-oss's `Reasoning:` line; the client's kwargs win
     kwargs.update(template_kwargs or {})
+    if enable_thinking is None:
+        enable_thinking = pipeline.reasoning_default
     if enable_thinking is not None:
         kwargs["enable_thinking"] = enable_thinking
         kwargs.setdefault("thinking", enable_thinking)  # DeepSeek V3.1 templates read `thinking`
@@ -165,17 +175,25 @@ def render_prompt(
     *,
     enable_thinking: bool | None = None,
     template_kwargs: Mapping[str, Any] | None = None,
+    reasoning_effort: str | None = None,
     add_generation_prompt: bool = True,
     now: datetime | None = None,
 ) -> RenderedPrompt:
     """Strip, render, tokenize and hash one request's prompt.
+
+    `enable_thinking` None leaves thinking to the deployment (`pipeline.reasoning_default`, else the
+    template's own default); `reasoning_effort` (`low|medium|high`) reaches templates with an effort knob.
 
     Raises `PromptError` (a 400 for the client) when the request cannot become a prompt: images for a
     text-only model, or a template that refuses the conversation.
     """
     stripped, counts = strip_conversation(conversation, pipeline.strip)
     inputs = template_input(
-        stripped, pipeline, enable_thinking=enable_thinking, template_kwargs=template_kwargs
+        stripped,
+        pipeline,
+        enable_thinking=enable_thinking,
+        template_kwargs=template_kwargs,
+        reasoning_effort=reasoning_effort,
     )
     text = render_text(inputs, add_generation_prompt=add_generation_prompt, now=now)
     ids = pipeline.tokenizer.encode(text)

@@ -234,6 +234,76 @@ def test_round_trip_with_reasoning_echoed_or_edited() -> None:
     assert edited.parts[0] == Reasoning("I edited this.") and len(edited.parts) == 3
 
 
+@pytest.mark.parametrize(
+    "flat",
+    [
+        "Need the listing first.\n\nAnd the readme.",  # pi: our "\n\n" echoed as is
+        "Need the listing first.\n\n\nAnd the readme.",  # OpenClaw joins with "\n\n\n"
+        "Need the listing first.\nAnd the readme.",  # one newline
+        "  Need the listing first. \t And the readme.\n",  # trimmed and re-spaced
+    ],
+    ids=["pi", "openclaw", "newline", "trimmed"],
+)
+def test_restore_accepts_any_whitespace_between_reasoning_segments(flat: str) -> None:
+    events = turn(*INTERLEAVED, finish="tool_calls")
+    history, original = _history_after(events, rewrite_ids=True)
+    memory = CallMemory()
+    memory.remember(original, scope="key-1")
+    history[2]["reasoning_content"] = flat
+    req = decode_chat({"model": "m", "messages": history}, memory=memory, memory_scope="key-1")
+    restored = req.conversation.messages[1]
+    assert restored == original
+    assert [type(p).__name__ for p in restored.parts] == ["Reasoning", "ToolCall", "Reasoning", "ToolCall"]
+    assert req.restored == 2
+    # Still scoped: another key decodes the flat echo as sent (both segments before both calls).
+    other = decode_chat({"model": "m", "messages": history}, memory=memory, memory_scope="key-2")
+    assert [type(p).__name__ for p in other.conversation.messages[1].parts] == [
+        "Reasoning",
+        "ToolCall",
+        "ToolCall",
+    ]
+
+
+def test_restore_of_segments_with_their_own_whitespace() -> None:
+    # The model wrote its segments with surrounding newlines; a client that trims each one and joins
+    # them with a blank line still means the same turn.
+    events = turn(
+        ("r", "\nFirst look.\n"),
+        INTERLEAVED[1],
+        ("r", "\n\nThen read.  "),
+        INTERLEAVED[3],
+        finish="tool_calls",
+    )
+    history, original = _history_after(events)
+    memory = CallMemory()
+    memory.remember(original)
+    history[2]["reasoning_content"] = "First look.\n\nThen read."
+    req = decode_chat({"model": "m", "messages": history}, memory=memory)
+    assert req.conversation.messages[1] == original
+
+
+@pytest.mark.parametrize(
+    "flat",
+    [
+        "And the readme.\n\nNeed the listing first.",  # reordered
+        "Need the listing first.",  # a segment missing
+        "Need the listing first.\n\nAnd the readme.\n\nMore.",  # something added
+        "Need the listing first. -- And the readme.",  # a non-whitespace separator
+        "Need the  listing first.\n\nAnd the readme.",  # edited inside a segment
+    ],
+)
+def test_restore_refuses_reasoning_that_is_not_the_same_segments(flat: str) -> None:
+    events = turn(*INTERLEAVED, finish="tool_calls")
+    history, original = _history_after(events)
+    memory = CallMemory()
+    memory.remember(original)
+    history[2]["reasoning_content"] = flat
+    req = decode_chat({"model": "m", "messages": history}, memory=memory)
+    assert req.conversation.messages[1] != original
+    assert req.conversation.messages[1].parts[0] == Reasoning(flat)
+    assert req.restored == 0
+
+
 # --------------------------------------------------------------------------------------------------
 # Decoding
 

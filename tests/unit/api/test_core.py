@@ -133,3 +133,22 @@ def test_same_arguments() -> None:
     assert not same_arguments('{"a": 1}', "{not json")
     assert not same_arguments("{not json", {"a": 1})
     assert json.loads('{"a": 1.0}') == {"a": 1}  # numbers compare by value, as JSON means
+
+
+def test_call_memory_keeps_turns_of_conversations_whose_native_ids_repeat() -> None:
+    # Kimi's ids (`functions.NAME:IDX`) are the same in every conversation: a second conversation's
+    # turn must not evict the first's, and each echo gets its own turn back.
+    memory = CallMemory()
+    mine = Message("assistant", (Reasoning("list it"), ToolCall("functions.bash:0", "bash", '{"cmd": "ls"}')))
+    other = Message(
+        "assistant", (Reasoning("where am I"), ToolCall("functions.bash:0", "bash", '{"cmd": "pwd"}'))
+    )
+    memory.remember(mine)
+    memory.remember(other)
+    echo = Message("assistant", (ToolCall("functions.bash:0", "bash", '{"cmd":"ls"}'),))
+    assert memory.restore_turn(echo, None) is mine
+    assert memory.restore_arguments("functions.bash:0", "bash", {"cmd": "ls"}) == '{"cmd": "ls"}'
+    assert memory.turn("functions.bash:0") is other  # the newest
+    for i in range(5):  # a few per id at most
+        memory.remember(Message("assistant", (ToolCall("functions.bash:0", "bash", f'{{"n": {i}}}'),)))
+    assert memory.restore_turn(echo, None) is None and len(memory) == 1

@@ -86,3 +86,45 @@ def test_unicode_noise_never_raises(family: Family) -> None:
         summarize(merge_deltas(run(family, split(text, cuts), False)))
 
     check()
+
+
+# Each family's closing markers: the end of a tool block, of a call or argument inside it, and of a
+# thought. Outside a block, after some output, the model is writing them as text (issue 18).
+CLOSERS: dict[str, tuple[str, ...]] = {
+    "qwen3": ("</tool_call>", "</think>"),
+    "qwen3-coder": ("</tool_call>", "</function>", "</parameter>", "</think>"),
+    "deepseek-r1": ("<｜tool▁calls▁end｜>", "<｜tool▁call▁end｜>", "</think>"),
+    "deepseek-v3.1": ("<｜tool▁calls▁end｜>", "<｜tool▁call▁end｜>", "</think>"),
+    "kimi-k2": ("<|tool_calls_section_end|>", "<|tool_call_end|>", "</think>"),
+    # Harmony has no text outside a message; inside a text message a header-only token is literal.
+    "gpt-oss": ("<|constrain|>", "<|message|>"),
+    "glm-4.5": ("</tool_call>", "</arg_key>", "</arg_value>", "</think>"),
+    "minimax-m2": ("</minimax:tool_call>", "</invoke>", "</parameter>", "</think>"),
+    "mistral": ("[/TOOL_CALLS]", "[/THINK]"),
+    "llama3-json": ("}", "]"),
+    "pythonic": (")", "]"),
+    "nemotron": ("</TOOLCALL>", "</think>"),
+}
+_PROSE = st.text(alphabet=st.sampled_from(list("abcxyz .,!?\n")), max_size=30)
+
+
+def test_every_family_lists_its_closing_markers() -> None:
+    assert set(CLOSERS) == {f.name for f in FAMILIES}
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_a_closing_marker_outside_its_block_is_text(family: Family) -> None:
+    @settings(suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        _PROSE.filter(lambda s: bool(s.strip())),
+        st.lists(st.sampled_from(CLOSERS[family.name]), min_size=1, max_size=3),
+        _PROSE,
+        st.lists(st.integers(0, 1000), max_size=10),
+    )
+    def check(before: str, markers: list[str], after: str, cuts: list[int]) -> None:
+        text = before + "".join(m + after for m in markers)
+        lead = "<|channel|>final<|message|>" if family.name == "gpt-oss" else ""
+        events = merge_deltas(run(family, split(lead + text, cuts), False))
+        assert summarize(events) == [{"text": text.strip()}]
+
+    check()

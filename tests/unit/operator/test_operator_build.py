@@ -114,6 +114,11 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"agent": {"replay": {"truncateHistoryThinking": True}}},
         {("frontend", "truncate_history_thinking"): True},
     ),
+    "agent.reasoningDefault": (
+        {"agent": {"reasoningDefault": "on"}},
+        {("frontend", "reasoning_default"): "on"},
+    ),
+    "agent.exactReplay": ({"agent": {"exactReplay": False}}, {("frontend", "exact_replay"): False}),
     "agent.preambleStripping.enabled": (
         {"agent": {"preambleStripping": {"enabled": False}}},
         {("frontend", "strip_anthropic_preamble"): False},

@@ -14,7 +14,8 @@ history as pi and OpenClaw do.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import anthropic
@@ -33,6 +34,7 @@ from agentserve.families import get_family
 from agentserve.parsing import ParserOptions
 from agentserve.prompt.history import events_to_message
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
+from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice_any
 
 ApiName = Literal["anthropic", "chat", "responses"]
 APIS: tuple[ApiName, ...] = ("anthropic", "chat", "responses")
@@ -61,24 +63,51 @@ class Server:
     starts_in_reasoning: bool | None = None  # force the parser's start state (else: from the prompt)
     outputs: list[str] = field(default_factory=list)  # scripted model outputs, one per request
     served: list[Served] = field(default_factory=list)
+    # The frontend's exact replay for this server's one session (prompt.splice), and what the
+    # template rendered before it spliced (one per request).
+    exact_replay: bool = False
+    replay: ReplayMemory = field(default_factory=ReplayMemory)
+    answers: AnswerMemory = field(default_factory=AnswerMemory)
+    canonical: list[str] = field(default_factory=list)
+    # A scripted output that repeats what the prompt already opened (`<think>\n` with thinking on)
+    # loses that part, as the model would not write it again.
+    trim_prefill: bool = False
+    # Rewrites each scripted output, given whether the parser starts in reasoning (deviant whitespace).
+    rewrite: Callable[[str, bool], str] | None = None
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         decoded = self.decode(json.loads(request.content))
+        if self.exact_replay:
+            restored = self.answers.restore("s", decoded.conversation)
+            decoded = replace(decoded, conversation=restored)
         thinking = decoded.options.reasoning.enabled
         prompt = render_prompt(
             decoded.conversation,
             self.pipeline,
             enable_thinking=self.enable_thinking if thinking is None else thinking,
             template_kwargs=decoded.options.template_kwargs or None,
+            reasoning_effort=decoded.options.reasoning.level,
         )
+        self.canonical.append(prompt.text)
+        extends = None
+        if self.exact_replay:
+            prompt, extends = splice_any(prompt, self.replay.get("s"), self.pipeline)
         raw = self.outputs.pop(0)
+        if self.trim_prefill:
+            raw = raw[_overlap(prompt.text, raw) :]
         starts = prompt.starts_in_reasoning if self.starts_in_reasoning is None else self.starts_in_reasoning
+        if self.rewrite is not None:
+            raw = self.rewrite(raw, starts)
         events = self.parse(raw, starts, decoded.conversation.tools)
         generated = self.pipeline.tokenizer.encode(raw)
         reason = "tool_calls" if any(isinstance(e, ToolCallEnd) for e in events) else "stop"
         events.append(Finish(reason, Usage(len(prompt.token_ids), len(generated))))
         if self.memory is not None:
             self.memory.remember(TurnAccumulator().feed_all(events).message())
+        if self.exact_replay:
+            output = self.pipeline.tokenizer.decode(generated)
+            self.replay.remember("s", Produced.of(self.canonical[-1], prompt, generated, output), extends)
+            self.answers.remember("s", TurnAccumulator().feed_all(events).message())
         self.served.append(Served(decoded, prompt, raw, generated, events_to_message(events)))
         return httpx2.Response(
             200,
@@ -112,6 +141,22 @@ class Server:
         return encoder.start() + b"".join(encoder.feed(e) for e in events)
 
 
+def _overlap(prompt: str, raw: str) -> int:
+    """Length of the longest suffix of `prompt` that `raw` starts with (what the prompt prefilled)."""
+    for n in range(min(len(prompt), len(raw), 64), 0, -1):
+        if raw.startswith(prompt[-n:]):
+            return n
+    return 0
+
+
+# What each API's client sends to ask for reasoning (Claude Code, pi, Codex).
+EFFORT: dict[str, dict[str, Any]] = {
+    "anthropic": {"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}},
+    "chat": {"reasoning_effort": "medium"},
+    "responses": {"reasoning": {"effort": "medium", "summary": "auto"}},
+}
+
+
 def _http(server: Server) -> httpx2.Client:
     return httpx2.Client(transport=httpx2.MockTransport(server))
 
@@ -123,7 +168,16 @@ class AnthropicClient:
     """Claude Code's way: thinking blocks (with signatures), text and tool_use blocks sent back as
     the SDK decoded them; tool results as tool_result blocks in the next user message."""
 
-    def __init__(self, server: Server, system: str, tools: tuple[ToolSpec, ...], question: str) -> None:
+    def __init__(
+        self,
+        server: Server,
+        system: str,
+        tools: tuple[ToolSpec, ...],
+        question: str,
+        *,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.extra = extra or {}
         self.sdk = anthropic.Anthropic(
             api_key="k", base_url="http://agentserve.test", http_client=_http(server), max_retries=0
         )
@@ -140,6 +194,7 @@ class AnthropicClient:
             system=self.system,  # type: ignore[arg-type]
             tools=self.tools,  # type: ignore[arg-type]
             messages=self.messages,  # type: ignore[arg-type]
+            extra_body=self.extra,
         ) as stream:
             final = stream.get_final_message()
         content = [block.model_dump(exclude_none=True) for block in final.content]
@@ -169,7 +224,9 @@ class ChatClient:
         question: str,
         *,
         keep_reasoning: bool = True,
+        extra: dict[str, Any] | None = None,
     ) -> None:
+        self.extra = extra or {}
         self.sdk = openai.OpenAI(
             api_key="k", base_url="http://agentserve.test/v1", http_client=_http(server), max_retries=0
         )
@@ -191,6 +248,7 @@ class ChatClient:
             model=MODEL,
             messages=self.messages,  # type: ignore[arg-type]
             tools=self.tools,  # type: ignore[arg-type]
+            extra_body=self.extra,
         ) as stream:
             message = stream.get_final_completion().choices[0].message
         # The SDK's own assistant message, minus what only its helper adds (parsed, index).
@@ -219,7 +277,16 @@ class ResponsesClient:
     """Codex's way: stateless (`store: false`), every output item sent back as the SDK decoded it
     (reasoning with its sealed `encrypted_content`), then `function_call_output` items."""
 
-    def __init__(self, server: Server, system: str, tools: tuple[ToolSpec, ...], question: str) -> None:
+    def __init__(
+        self,
+        server: Server,
+        system: str,
+        tools: tuple[ToolSpec, ...],
+        question: str,
+        *,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.extra = extra or {}
         self.sdk = openai.OpenAI(
             api_key="k", base_url="http://agentserve.test/v1", http_client=_http(server), max_retries=0
         )
@@ -238,6 +305,7 @@ class ResponsesClient:
             tools=self.tools,  # type: ignore[arg-type]
             store=False,
             include=["reasoning.encrypted_content"],
+            extra_body=self.extra,
         ) as stream:
             final = stream.get_final_response()
         self.input += [item.model_dump(exclude_none=True) for item in final.output]
@@ -258,7 +326,7 @@ def client_for(
     api: ApiName, server: Server, system: str, tools: tuple[ToolSpec, ...], question: str, **options: Any
 ) -> Client:
     if api == "anthropic":
-        return AnthropicClient(server, system, tools, question)
+        return AnthropicClient(server, system, tools, question, **options)
     if api == "chat":
         return ChatClient(server, system, tools, question, **options)
-    return ResponsesClient(server, system, tools, question)
+    return ResponsesClient(server, system, tools, question, **options)

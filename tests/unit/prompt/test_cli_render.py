@@ -134,3 +134,18 @@ def test_render_api_errors_use_the_codec_message() -> None:
     result = run("render", "--family", "qwen3", "--api", "chat", stdin=json.dumps({"messages": "nope"}))
     assert result.returncode == 2
     assert "invalid chat request" in result.stderr
+
+
+def test_render_follows_the_requests_effort_as_the_server_does() -> None:
+    body = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "high"}
+    )
+    on = run("render", "--family", "deepseek-v3.1", "--api", "chat", stdin=body)
+    assert on.returncode == 0 and on.stdout.rstrip("\n").endswith("<｜Assistant｜><think>")
+    off = run("render", "--family", "deepseek-v3.1", "--api", "chat", "--no-enable-thinking", stdin=body)
+    assert off.stdout.rstrip("\n").endswith("<｜Assistant｜></think>")  # the flag wins
+    plain = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    default = run(
+        "render", "--family", "deepseek-v3.1", "--api", "chat", "--reasoning-default", "on", stdin=plain
+    )
+    assert default.stdout.rstrip("\n").endswith("<｜Assistant｜><think>")

@@ -23,7 +23,6 @@ from agentserve.api._check import (
     wrong_type,
 )
 from agentserve.api._common import parse_data_url
-from agentserve.api.chat.encode import REASONING_SEPARATOR
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.memory import CallMemory
 from agentserve.api.nvext import parse_nvext
@@ -144,7 +143,7 @@ class _Decoder:
             calls.append(call)
         message = Message("assistant", (*parts, *calls))
         if calls and self.memory is not None:
-            turn = self.memory.restore_turn(message, reasoning, REASONING_SEPARATOR, self.scope)
+            turn = self.memory.restore_turn(message, reasoning, self.scope)
             if turn is not None:
                 for sent, mine in zip(calls, turn.tool_calls, strict=True):
                     self.id_map[sent.id] = mine.id

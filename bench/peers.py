@@ -458,7 +458,7 @@ async def load(stack: Stack, shape: Shape, streams: int, window: float) -> Point
 
 def median_point(points: Sequence[Point]) -> dict[str, float]:
     def med(f: Any) -> float:
-        return statistics.median(f(p) for p in points)
+        return float(statistics.median(f(p) for p in points))
 
     return {
         "rate": med(lambda p: p.rate),
@@ -579,9 +579,8 @@ def main() -> None:
                 for n in streams:
                     for name in order:
                         stack = running[name]
-                        p = loop.run_until_complete(
-                            load(stack, api, n, window, args.tokens, args.prompt_tokens)
-                        )
+                        shape = Shape(api, args.tokens, args.prompt_tokens)
+                        p = loop.run_until_complete(load(stack, shape, n, window))
                         stack.check()
                         results.setdefault((name, api, n), []).append(p)
                         print(f"round {r + 1} {progress(p)}", flush=True)

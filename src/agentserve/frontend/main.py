@@ -6,10 +6,11 @@ import contextlib
 import logging
 
 from agentserve.config import ConfigError, FrontendConfig
+from agentserve.eventloop import event_loop_runner
 from agentserve.frontend.app import create_app
 from agentserve.frontend.backend import Backend, RoutedBackend
 from agentserve.frontend.http import ApiKeys
-from agentserve.frontend.up import event_loop_runner, load_pipeline, load_signer, serve
+from agentserve.frontend.up import load_pipeline, load_signer, serve
 
 
 def build_backend(config: FrontendConfig) -> Backend:

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from agentserve.api.signing import Signer
 from agentserve.config import ConfigError, FrontendConfig, RouterConfig, UpConfig, WorkerConfig
 from agentserve.drain import server as draining_server
+from agentserve.eventloop import event_loop_runner
 from agentserve.frontend.app import create_app
 from agentserve.frontend.backend import EngineBackend
 from agentserve.frontend.harness import harness_settings
@@ -141,15 +142,6 @@ def up_banner(config: UpConfig, keys_required: bool) -> Callable[[str], str]:
         return head + harness_settings(base_url, config.model, keys_required=keys_required)
 
     return banner
-
-
-def event_loop_runner() -> asyncio.Runner:
-    """uvloop where it is installed (the default on Linux and macOS): cheaper per frame."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - platforms without uvloop
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
 def run_up(config: UpConfig) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from agentserve.config import ConfigError, WorkerConfig
@@ -102,6 +101,9 @@ async def serve(config: WorkerConfig) -> None:
 
 
 def run(config: WorkerConfig) -> int:
+    from agentserve.eventloop import event_loop_runner
+
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    asyncio.run(serve(config))
+    with event_loop_runner() as runner:
+        runner.run(serve(config))
     return 0

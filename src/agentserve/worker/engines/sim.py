@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import math
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +57,10 @@ class SimConfig:
     @property
     def zero_time(self) -> bool:
         return self.speedup == 0 or math.isinf(self.speedup)
+
+
+PLAN_CACHE = 256  # outputs remembered (text, stops, length) -> (ids, pieces)
+PIECE_WINDOW = 32  # token_pieces' look-ahead: tokens kept past the ones needed
 
 
 class _SimStream:
@@ -153,6 +158,7 @@ class SimEngine:
         self.pool = KvPool(self.config.num_blocks, self.config.block_size, self.config.host_blocks)
         self.scheduler = Scheduler(self.pool, self.config.scheduler, self.config.hash_seed)
         self._streams: dict[str, _SimStream] = {}
+        self._plans: OrderedDict[tuple[object, ...], tuple[list[int], list[str]]] = OrderedDict()
         self._hub = EventHub()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -260,9 +266,8 @@ class SimEngine:
         prompt_text = None if hints_complete(hints) else self.tokenizer.decode(prompt)
         text = self.policy.respond(context_for(hints, prompt_text))
         sampling = request.sampling
-        ids = cut_at_stops(self.tokenizer.encode, text, sampling)
-        pieces = token_pieces(self.tokenizer, ids)
         resumed = hints.resumed_tokens if hints is not None else 0
+        ids, pieces = self._output(text, sampling, resumed + sampling.max_tokens)
         if resumed:  # a migrated request: what the dead worker already streamed is in the prompt
             ids, pieces = ids[resumed:], pieces[resumed:]
         end_reason: FinishReason = "stop"
@@ -274,6 +279,28 @@ class SimEngine:
         elif len(ids) > limit:
             ids, pieces, end_reason = ids[:limit], pieces[:limit], "length"
         return ids, pieces, end_reason
+
+    def _output(self, text: str, sampling: SamplingParams, need: int) -> tuple[list[int], list[str]]:
+        """The output's token ids (cut at stops) and pieces, at most `need` of them (+ a margin).
+
+        Memoized: a scripted output is the same text for every request, and tokenizing it and
+        cutting its pieces cost far more than simulating its tokens (63 % of a worker's CPU under
+        bench/peers.py before). Only the first `need` tokens matter, so only those (plus the
+        pieces' look-ahead window) are cut into pieces. The cached lists are never mutated.
+        """
+        key = (text, sampling.stop, sampling.stop_token_ids, sampling.include_stop, need)
+        hit = self._plans.get(key)
+        if hit is not None:
+            self._plans.move_to_end(key)
+            return hit
+        ids = cut_at_stops(self.tokenizer.encode, text, sampling)
+        if len(ids) > need + PIECE_WINDOW:
+            ids = ids[: need + PIECE_WINDOW]
+        plan = ids, token_pieces(self.tokenizer, ids, PIECE_WINDOW)
+        self._plans[key] = plan
+        if len(self._plans) > PLAN_CACHE:
+            self._plans.popitem(last=False)
+        return plan
 
     # -- the loop ---------------------------------------------------------------------------------
 

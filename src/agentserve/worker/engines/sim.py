@@ -52,7 +52,8 @@ class SimConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     timing: TimingModel = DEFAULT_TIMING
     speedup: float = 1.0  # simulated seconds per real second; 0 or inf: no waiting
-    zero_time_slice_s: float = 5e-3  # with no waiting: run iterations this long between yields
+    zero_time_slice_s: float = 5e-3  # run iterations this long between yields (no waiting, or behind)
+    catch_up_s: float = 0.05  # at most this much wall time behind the simulated clock is caught up
 
     @property
     def zero_time(self) -> bool:
@@ -326,8 +327,19 @@ class SimEngine:
                     await asyncio.sleep(0)
                     slice_start = loop.time()
             else:
-                clock = max(clock, loop.time()) + timing.step_seconds(outcome.work) / speedup
-                await asyncio.sleep(max(clock - loop.time(), 0.0))
+                # The simulated clock runs ahead of the loop's, or catches up when the process fell
+                # behind (at most `catch_up_s`): then iterations run back to back and each stream
+                # gets every token due meanwhile as one merged step, as a real engine's consumer
+                # that lags does, instead of one event-loop hop per token. Yielding every
+                # `zero_time_slice_s` keeps the consumers' latency bounded.
+                now = loop.time()
+                clock = max(clock, now - self.config.catch_up_s) + timing.step_seconds(outcome.work) / speedup
+                if clock > now:
+                    await asyncio.sleep(clock - now)
+                    slice_start = loop.time()
+                elif now - slice_start >= slice_s:
+                    await asyncio.sleep(0)
+                    slice_start = loop.time()
                 self._deliver(outcome)
 
     def _deliver(self, outcome: StepOutcome) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -113,15 +114,21 @@ def build_up(
 
 
 async def serve(
-    app: FastAPI, host: str, port: int, banner: Callable[[str], str] | None = None, out: TextIO = sys.stdout
+    app: FastAPI,
+    host: str,
+    port: int,
+    banner: Callable[[str], str] | None = None,
+    out: TextIO = sys.stdout,
+    *,
+    sock: socket.socket | None = None,
 ) -> None:
     """Run `app` until interrupted (SIGTERM: drained, see `agentserve.drain`); once it listens,
-    print `banner(base_url)`."""
+    print `banner(base_url)`. `sock`: an already bound listening socket (`--processes`)."""
     config: FrontendConfig = app.state.frontend.config
     server = draining_server(
         app, host, port, app.state.drain, delay_s=config.drain_delay_s, grace_s=config.drain_grace_s
     )
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[sock] if sock is not None else None))
     for _ in range(3000):  # 30 s at most for startup
         if server.started or task.done():
             break

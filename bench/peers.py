@@ -283,23 +283,24 @@ def start_agentserve(model: Path, workers: int, processes: int, logs: Path) -> S
     for u in urls:
         cmd += ["--worker-urls", u]
     if processes > 1:
-        cmd += ["--processes", str(processes), "--state-url", _redis(logs)]
+        url, redis = _redis(logs)
+        stack.procs.append(redis)  # its CPU is the stack's too
+        cmd += ["--processes", str(processes), "--state-url", url]
     stack.procs.append(_spawn(cmd, logs / "agentserve-frontend.log"))
     _wait(stack, lambda: _get(stack.url + "/ready")[0] == 200)
     return stack
 
 
-def _redis(logs: Path) -> str:
-    """A redis-server for `--processes` (the shared state store): ./scripts/install-redis's."""
-    exe = shutil.which("redis-server") or str(ROOT / ".venv" / "bin" / "redis-server")
+def _redis(logs: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """A redis-server for `--processes` (the shared state store they need)."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("--processes > 1 needs redis-server (./scripts/install-redis)")
     port = free_port()
-    subprocess.Popen(
-        [exe, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"],
-        stdout=open(logs / "redis.log", "ab"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-    )
+    cmd = [exe, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"]
+    proc = _spawn(cmd, logs / "redis.log")
     time.sleep(0.5)
-    return f"redis://{HOST}:{port}/0"
+    return f"redis://{HOST}:{port}/0", proc
 
 
 def start_dynamo(model: Path, workers: int, logs: Path) -> Stack:
@@ -347,6 +348,13 @@ def body(stack: str, api: str, i: int, tokens: int, prompt_tokens: int) -> bytes
 
 
 @dataclass
+class Samples:
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    burst: list[float] = field(default_factory=list)  # TTFT of each stream's first request
+
+
+@dataclass
 class Point:
     stack: str
     api: str
@@ -355,9 +363,16 @@ class Point:
     wall: float
     server_cpu: float
     client_cpu: float
-    ttft: list[float]
-    itl: list[float]
+    samples: Samples
     errors: int
+
+    @property
+    def ttft(self) -> list[float]:
+        return self.samples.ttft
+
+    @property
+    def itl(self) -> list[float]:
+        return self.samples.itl
 
     @property
     def rate(self) -> float:
@@ -388,13 +403,9 @@ class Shape:
     prompt_tokens: int
 
 
-@dataclass
-class Samples:
-    ttft: list[float] = field(default_factory=list)
-    itl: list[float] = field(default_factory=list)
-
-
-async def _one(pool: Http1Pool, stack: str, shape: Shape, i: int, samples: Samples) -> int:
+async def _one(
+    pool: Http1Pool, stack: str, shape: Shape, i: int, samples: Samples, *, first: bool = False
+) -> int:
     headers = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "bench"}
     api = shape.api
     payload = body(stack, api, i, shape.tokens, shape.prompt_tokens)
@@ -412,6 +423,8 @@ async def _one(pool: Http1Pool, stack: str, shape: Shape, i: int, samples: Sampl
         if hits:
             if last is None:
                 samples.ttft.append(now - t0)
+                if first:
+                    samples.burst.append(now - t0)
             else:
                 gap = (now - last) / hits
                 samples.itl.extend([gap] * hits)
@@ -431,9 +444,11 @@ async def load(stack: Stack, shape: Shape, streams: int, window: float) -> Point
     async def loop(deadline: float) -> int:
         nonlocal errors
         done = 0
+        first = True
         while time.perf_counter() < deadline:
             try:
-                done += await _one(pool, stack.name, shape, next(counter), samples)
+                done += await _one(pool, stack.name, shape, next(counter), samples, first=first)
+                first = False
             except Exception as exc:
                 errors += 1
                 if errors <= 3:
@@ -448,9 +463,7 @@ async def load(stack: Stack, shape: Shape, streams: int, window: float) -> Point
     c1, u1 = stack.cpu(), resource.getrusage(resource.RUSAGE_SELF)
     await pool.aclose()
     client = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
-    return Point(
-        stack.name, shape.api, streams, sum(counts), wall, c1 - c0, client, samples.ttft, samples.itl, errors
-    )
+    return Point(stack.name, shape.api, streams, sum(counts), wall, c1 - c0, client, samples, errors)
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -464,6 +477,7 @@ def median_point(points: Sequence[Point]) -> dict[str, float]:
         "rate": med(lambda p: p.rate),
         "ttft50": med(lambda p: pct(p.ttft, 0.5) * 1000),
         "ttft99": med(lambda p: pct(p.ttft, 0.99) * 1000),
+        "burst99": med(lambda p: pct(p.samples.burst, 0.99) * 1000),
         "itl50": med(lambda p: pct(p.itl, 0.5) * 1000),
         "itl99": med(lambda p: pct(p.itl, 0.99) * 1000),
         "cpu": med(lambda p: p.cpu_per_k),
@@ -475,10 +489,11 @@ def median_point(points: Sequence[Point]) -> dict[str, float]:
 def table(results: dict[tuple[str, str, int], list[Point]], stacks: Sequence[str]) -> str:
     keys = sorted({(api, n) for (_, api, n) in results}, key=lambda k: (k[0], k[1]))
     head = (
-        "| API | streams | stack | tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms "
-        "| server CPU s/1000 tok | client CPU s/1000 tok | ratio tok/s | ratio CPU/tok | errors |"
+        "| API | streams | stack | tok/s | TTFT p50 ms | TTFT p99 ms | burst TTFT p99 ms "
+        "| ITL p50 ms | ITL p99 ms | server CPU s/1000 tok | client CPU s/1000 tok "
+        "| ratio tok/s | ratio CPU/tok | errors |"
     )
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     for api, n in keys:
         base = median_point(results[("dynamo", api, n)]) if ("dynamo", api, n) in results else None
         for name in stacks:
@@ -489,6 +504,7 @@ def table(results: dict[tuple[str, str, int], list[Point]], stacks: Sequence[str
             r_cpu = f"{m['cpu'] / base['cpu']:.2f}" if base and base["cpu"] else "—"
             lines.append(
                 f"| {api} | {n} | {name} | {m['rate']:,.0f} | {m['ttft50']:.1f} | {m['ttft99']:.1f} "
+                f"| {m['burst99']:.1f} "
                 f"| {m['itl50']:.2f} | {m['itl99']:.2f} | {m['cpu']:.4f} | {m['client']:.4f} "
                 f"| {r_rate} | {r_cpu} | {m['errors']:.0f} |"
             )

@@ -55,6 +55,7 @@ from agentserve.frontend.http import (
 )
 from agentserve.frontend.service import Frontend
 from agentserve.frontend.surfaces import SURFACES, AnthropicSurface
+from agentserve.frontend.turnstile import Turnstile
 from agentserve.prompt.pipeline import PromptPipeline
 from agentserve.telemetry import RequestTelemetry, Telemetry, accepted_body
 
@@ -84,7 +85,9 @@ def _spec(stream: bool = True) -> dict[str, Any]:
     return {"openapi_extra": _JSON_BODY, "responses": _responses(stream)}
 
 
-def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiName) -> Any:
+def _generate_route(
+    frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiName, turnstile: Turnstile
+) -> Any:
     surface = SURFACES[api]
     config = frontend.config
 
@@ -97,7 +100,9 @@ def _generate_route(frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiN
             scope = keys.check(headers)
             if api == "anthropic":
                 betas.note(headers.getlist("anthropic-beta"))
-            body = parse_json(await read_body(request, config.max_body_bytes))
+            raw = await read_body(request, config.max_body_bytes)
+            await turnstile.turn()  # one preparation per loop iteration (turnstile.py)
+            body = parse_json(raw)
             await frontend.state.prefetch(api, body, scope or "")
             decoded = surface.decode(body, frontend.ctx, scope or "")
             identity = decoded.agent_identity(headers)
@@ -265,9 +270,10 @@ def create_app(
         "responses": ("/v1/responses", "OpenAI Responses"),
     }
     app.hot_routes = {}
+    turnstile = Turnstile()  # shared by the three APIs: one preparation per loop iteration
     for api, (path, summary) in summaries.items():
         if api in enabled:
-            app.hot_routes[path] = _generate_route(frontend, keys, betas, api)
+            app.hot_routes[path] = _generate_route(frontend, keys, betas, api, turnstile)
             app.add_api_route(
                 path,
                 app.hot_routes[path],

@@ -264,7 +264,9 @@ def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env or dict(os.environ))
 
 
-def start_agentserve(model: Path, workers: int, processes: int, logs: Path) -> Stack:
+def start_agentserve(
+    model: Path, workers: int, processes: int, logs: Path, catch_up: float | None = None
+) -> Stack:
     exe = str(Path(sys.executable).with_name("agentserve"))
     script = logs / "scenario.json"
     script.write_text(json.dumps({"rules": [], "default": "word " * 4000}))
@@ -276,6 +278,8 @@ def start_agentserve(model: Path, workers: int, processes: int, logs: Path) -> S
         cmd = [exe, "worker", "--engine", "sim", "--sim-speedup", "1000", "--sim-script", str(script)]
         cmd += ["--model", MODEL, "--model-path", str(model), "--family", "qwen3", "--host", HOST]
         cmd += ["--port", str(wport), "--kv-events-port", str(kport)]
+        if catch_up is not None:
+            cmd += ["--sim-catch-up-s", str(catch_up)]
         stack.procs.append(_spawn(cmd, logs / f"agentserve-worker-{i}.log"))
         urls.append(f"http://{HOST}:{wport}")
     cmd = [exe, "frontend", "--model", MODEL, "--model-path", str(model), "--family", "qwen3"]
@@ -570,6 +574,12 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=32, help="about this many prompt tokens")
     ap.add_argument("--workers", type=int, default=1, help="engine workers per stack (>1: behind a router)")
     ap.add_argument("--processes", type=int, default=1, help="agentserve frontend processes")
+    ap.add_argument(
+        "--sim-catch-up-s",
+        type=float,
+        default=None,
+        help="agentserve workers' catch-up (0: one loop hop per iteration, per-token frames like the mocker)",
+    )
     ap.add_argument("--only", choices=("agentserve", "dynamo"), default=None, help="one stack")
     ap.add_argument("--plot", default=str(ROOT / "bench" / "results" / "peers.png"))
     args = ap.parse_args()
@@ -587,7 +597,9 @@ def main() -> None:
         if "dynamo" in stacks:
             running["dynamo"] = start_dynamo(model, args.workers, logs)
         if "agentserve" in stacks:
-            running["agentserve"] = start_agentserve(model, args.workers, args.processes, logs)
+            running["agentserve"] = start_agentserve(
+                model, args.workers, args.processes, logs, args.sim_catch_up_s
+            )
         results: dict[tuple[str, str, int], list[Point]] = {}
         loop = new_loop()
         for r, order in enumerate(rounds(n_rounds, stacks)):

@@ -249,6 +249,12 @@ class WorkerConfig(_Config):
     sim_speedup: float = Field(
         1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
     )
+    sim_catch_up_s: float = Field(
+        0.05,
+        ge=0,
+        description="a paced sim that fell behind catches up at most this many seconds with merged steps "
+        "(0: never, one event-loop hop per iteration)",
+    )
     sim_script: str | None = Field(None, description="scenario file of scripted raw outputs (sim engine)")
 
 

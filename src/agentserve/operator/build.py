@@ -535,6 +535,7 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "sim_kv_blocks",
             "sim_host_kv_blocks",
             "sim_speedup",
+            "sim_catch_up_s",
             "sim_script",
         }
     ),

@@ -65,6 +65,7 @@ def build_engine(config: WorkerConfig) -> Engine:
             prefix_caching=config.enable_block_reuse,
         ),
         speedup=config.sim_speedup,
+        catch_up_s=config.sim_catch_up_s,
     )
     return SimEngine(sim, tokenizer, build_policy(config, tokenizer))
 

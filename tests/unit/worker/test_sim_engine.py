@@ -291,3 +291,22 @@ async def test_a_scripted_output_is_planned_once_and_cut_to_max_tokens(tokenizer
         assert sum(len(s.token_ids) for s in steps) == 9 and calls == 2
     finally:
         await eng.stop()
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 12, 20])
+async def test_a_migrated_request_without_hints_continues_the_same_output(k: int) -> None:
+    # The prompt of a migrated request ends with the k tokens already streamed; the context (here
+    # the whole decoded prompt: no chat markup) must come from the prompt before them.
+    prompt = list(range(1, 20))
+    eng = SimEngine(SimConfig(block_size=BS, speedup=0))  # byte tokens
+    await eng.start()
+    try:
+        whole = await collect(eng.generate(GenerateRequest("a", prompt, SamplingParams(max_tokens=60))))
+        ids = [t for s in whole for t in s.token_ids]
+        moved = GenerateRequest(
+            "b", prompt + ids[:k], SamplingParams(max_tokens=60 - k), hints=Hints(resumed_tokens=k)
+        )
+        rest = await collect(eng.generate(moved))
+        assert [t for s in rest for t in s.token_ids] == ids[k:]
+    finally:
+        await eng.stop()

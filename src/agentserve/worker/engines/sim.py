@@ -264,10 +264,13 @@ class SimEngine:
     def _plan(self, request: GenerateRequest, prompt: list[int]) -> tuple[list[int], list[str], FinishReason]:
         """The output token ids, their streamed text pieces, and why the output ends."""
         hints = request.hints
-        prompt_text = None if hints_complete(hints) else self.tokenizer.decode(prompt)
+        resumed = hints.resumed_tokens if hints is not None else 0
+        # A migrated request's prompt ends with the output already streamed: the context is the
+        # prompt before it (else the policy would read a partial reply as the conversation).
+        original = prompt[: len(prompt) - resumed] if 0 < resumed < len(prompt) else prompt
+        prompt_text = None if hints_complete(hints) else self.tokenizer.decode(original)
         text = self.policy.respond(context_for(hints, prompt_text))
         sampling = request.sampling
-        resumed = hints.resumed_tokens if hints is not None else 0
         ids, pieces = self._output(text, sampling, resumed + sampling.max_tokens)
         if resumed:  # a migrated request: what the dead worker already streamed is in the prompt
             ids, pieces = ids[resumed:], pieces[resumed:]

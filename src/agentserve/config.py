@@ -176,6 +176,12 @@ class FrontendConfig(PromptConfig):
     state_url_file: str | None = Field(
         None, description="file holding the state URL (a mounted Secret; used when state_url is unset)"
     )
+    processes: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="frontend processes on the port (SO_REUSEPORT); more than 1 needs state_url",
+    )
     state_entries: int = Field(65536, ge=1, description="entries the in-process state store keeps")
     state_max_bytes: int = Field(
         256 << 20, ge=1, description="bytes the in-process state store keeps (least recently used go first)"
@@ -193,6 +199,7 @@ class UpConfig(FrontendConfig):
 
     host: str = Field("127.0.0.1", description="address to listen on")
     model: str = Field("qwen3-sim", description="model name served to clients (its family: qwen3)")
+    processes: int = Field(1, ge=1, le=1, description="agentserve up runs in one process")
     workers: int = Field(2, ge=1, le=64, description="in-process sim workers")
     script: str | None = Field(None, description="scenario file of scripted raw outputs (sim_script)")
     sim_speedup: float = Field(
@@ -290,6 +297,12 @@ class WorkerConfig(_Config):
     )
     sim_speedup: float = Field(
         1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
+    )
+    sim_catch_up_s: float = Field(
+        0.05,
+        ge=0,
+        description="a paced sim that fell behind catches up at most this many seconds with merged steps "
+        "(0: never, one event-loop hop per iteration)",
     )
     sim_script: str | None = Field(None, description="scenario file of scripted raw outputs (sim engine)")
     sim_dp_ranks: int = Field(

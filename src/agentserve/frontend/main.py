@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
+from collections.abc import Sequence
 
 from agentserve.config import ConfigError, FrontendConfig
+from agentserve.eventloop import event_loop_runner
+from agentserve.frontend import processes
 from agentserve.frontend.app import create_app
 from agentserve.frontend.backend import Backend, RoutedBackend
 from agentserve.frontend.http import ApiKeys
-from agentserve.frontend.up import event_loop_runner, load_pipeline, load_signer, serve
+from agentserve.frontend.up import load_pipeline, load_signer, serve
 
 
 def build_backend(config: FrontendConfig) -> Backend:
@@ -22,8 +26,19 @@ def build_backend(config: FrontendConfig) -> Backend:
     return RoutedBackend(config)
 
 
-def run_frontend(config: FrontendConfig) -> int:
+def run_frontend(config: FrontendConfig, argv: Sequence[str] | None = None) -> int:
+    """Serve; with `processes` > 1, supervise that many copies of this command (`processes.py`)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    processes.check(config)
+    index = processes.child_index()
+    if config.processes > 1 and index is None:
+        build_backend(config)  # the configuration errors a child would hit, before any starts
+        load_pipeline(config)
+        return processes.Supervisor(config, sys.argv[1:] if argv is None else argv).run()
+    sock = None
+    if index is not None:
+        config = processes.child_config(config, index)
+        sock = processes.listening_socket(config.host)
     backend = build_backend(config)
     try:
         keys = ApiKeys.load(config.api_keys_file)
@@ -38,5 +53,5 @@ def run_frontend(config: FrontendConfig) -> int:
         return f"agentserve frontend on {base_url}: model {config.model}, {via}\n"
 
     with contextlib.suppress(KeyboardInterrupt), event_loop_runner() as runner:
-        runner.run(serve(app, config.host, config.port, banner))
+        runner.run(serve(app, config.host, config.port, banner if not index else None, sock=sock))
     return 0

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,6 +22,7 @@ from fastapi import FastAPI
 from agentserve.api.signing import Signer
 from agentserve.config import ConfigError, FrontendConfig, RouterConfig, UpConfig, WorkerConfig
 from agentserve.drain import server as draining_server
+from agentserve.eventloop import event_loop_runner
 from agentserve.frontend.app import create_app
 from agentserve.frontend.backend import EngineBackend
 from agentserve.frontend.harness import harness_settings
@@ -112,15 +114,21 @@ def build_up(
 
 
 async def serve(
-    app: FastAPI, host: str, port: int, banner: Callable[[str], str] | None = None, out: TextIO = sys.stdout
+    app: FastAPI,
+    host: str,
+    port: int,
+    banner: Callable[[str], str] | None = None,
+    out: TextIO = sys.stdout,
+    *,
+    sock: socket.socket | None = None,
 ) -> None:
     """Run `app` until interrupted (SIGTERM: drained, see `agentserve.drain`); once it listens,
-    print `banner(base_url)`."""
+    print `banner(base_url)`. `sock`: an already bound listening socket (`--processes`)."""
     config: FrontendConfig = app.state.frontend.config
     server = draining_server(
         app, host, port, app.state.drain, delay_s=config.drain_delay_s, grace_s=config.drain_grace_s
     )
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[sock] if sock is not None else None))
     for _ in range(3000):  # 30 s at most for startup
         if server.started or task.done():
             break
@@ -141,15 +149,6 @@ def up_banner(config: UpConfig, keys_required: bool) -> Callable[[str], str]:
         return head + harness_settings(base_url, config.model, keys_required=keys_required)
 
     return banner
-
-
-def event_loop_runner() -> asyncio.Runner:
-    """uvloop where it is installed (the default on Linux and macOS): cheaper per frame."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - platforms without uvloop
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
 def run_up(config: UpConfig) -> int:

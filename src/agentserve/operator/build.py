@@ -176,6 +176,32 @@ def _state_url_file(spec: AgentServingDeploymentSpec) -> str | None:
     return posixpath.join(STATE_DIR, ref.key) if ref is not None else None
 
 
+def cpu_cores(quantity: int | str | None) -> float | None:
+    """A Kubernetes CPU quantity in cores ("2", 2, "1500m", "0.5"); None when unset or unreadable."""
+    if quantity is None:
+        return None
+    text = str(quantity).strip()
+    try:
+        return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError:
+        return None
+
+
+def frontend_processes(spec: AgentServingDeploymentSpec) -> int:
+    """`frontend.processes`, else one per whole core of the pod's CPU limit (else request) when the
+    state is shared: one Python process uses one core. Without shared state: 1 (each process would
+    keep its own responses and remembered turns)."""
+    if spec.frontend.processes is not None:
+        return spec.frontend.processes
+    if not spec.state.shared:
+        return 1
+    res = spec.frontend.resources
+    if res is None:
+        return 1
+    cores = cpu_cores(res.limits.get("cpu")) or cpu_cores(res.requests.get("cpu"))
+    return max(1, min(64, int(cores))) if cores else 1
+
+
 def _drain_grace(component: Component) -> Callable[[Ctx], float]:
     """What is left of the pod's termination grace period once the drain delay passed (2 s spare)."""
 
@@ -292,6 +318,13 @@ MAPPINGS: tuple[Mapping, ...] = (
         "frontend",
         "max_body_bytes",
         _s(lambda s: s.frontend.max_request_body_bytes),
+    ),
+    Mapping(
+        "frontend.processes",
+        "frontend",
+        "processes",
+        _s(frontend_processes),
+        "unset: whole cores of the CPU limit (else request) with shared state, else 1",
     ),
     Mapping(
         "auth.apiKeysSecret", "frontend", "api_keys_file", _s(_api_keys_file), "Secret key mounted as a file"
@@ -512,6 +545,7 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "sim_host_kv_blocks",
             "sim_speedup",
             "sim_dp_ranks",
+            "sim_catch_up_s",
             "sim_script",
         }
     ),

@@ -342,6 +342,14 @@ class FrontendSpec(ComponentSpec):
 
     service: ServiceSpec = Field(ServiceSpec.model_validate({}), description="the frontend Service")
     max_request_body_bytes: int | None = Field(None, ge=1024, description="largest request body accepted")
+    processes: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="frontend processes per pod (one core each); unset: the pod's CPU limit, else its "
+        "request, rounded down (at least 1), when the state is shared (state.managed or state.urlSecret), "
+        "else 1",
+    )
 
 
 class RouterWeights(_Spec):
@@ -703,6 +711,13 @@ class AgentServingDeploymentSpec(_Spec):
             "frontend.replicas > 1 needs shared state (state.managed or state.urlSecret): otherwise a "
             "previous_response_id or a restored turn is found only on the replica that made it",
             lambda s: s.frontend.replicas <= 1 or s.state.shared,
+        ),
+        Rule(
+            "!has(self.frontend) || !has(self.frontend.processes) || self.frontend.processes <= 1 || "
+            "(has(self.state) && (has(self.state.urlSecret) || has(self.state.managed)))",
+            "frontend.processes > 1 needs shared state (state.managed or state.urlSecret): each process "
+            "would otherwise keep its own stored responses and remembered turns",
+            lambda s: (s.frontend.processes or 1) <= 1 or s.state.shared,
         ),
     )
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentserve.conversation import OutputEvent, ToolSpec
-from agentserve.parsing.scanner import MarkerSet
+from agentserve.parsing.scanner import marker_set
 from agentserve.parsing.segments import SegmentWriter
 from agentserve.parsing.toolcalls import IdFactory, ToolCalls, random_call_id
 
@@ -121,14 +121,14 @@ class StreamParser:
         self._calls = ToolCalls(options.id_factory)
         openers = list(syntax.tool_blocks)
         think = [m for m in (syntax.think_open, syntax.think_close) if m]
-        self._content_markers = MarkerSet([*think, *openers, *syntax.swallow, *syntax.tails.values()])
+        self._content_markers = marker_set([*think, *openers, *syntax.swallow, *syntax.tails.values()])
         in_reasoning = [m for m in (syntax.think_close,) if m]
         if syntax.tools_end_reasoning:
             in_reasoning += openers
         in_reasoning += syntax.swallow
         if syntax.drop_open_in_reasoning and syntax.think_open:
             in_reasoning.append(syntax.think_open)
-        self._reasoning_markers = MarkerSet(in_reasoning or ["\x00"])
+        self._reasoning_markers = marker_set(in_reasoning or ["\x00"])
         self._in_reasoning = options.starts_in_reasoning and syntax.think_close is not None
         self._text = SegmentWriter(reasoning=False)
         self._thought = SegmentWriter(reasoning=True)

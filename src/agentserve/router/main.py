@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from agentserve.config import ConfigError, RouterConfig
@@ -46,6 +45,9 @@ def run(config: RouterConfig) -> int:
         static_endpoints(config.workers)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    from agentserve.eventloop import event_loop_runner
+
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    asyncio.run(serve(config))
+    with event_loop_runner() as runner:
+        runner.run(serve(config))
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from agentserve.config import ConfigError, WorkerConfig
@@ -69,6 +68,7 @@ def build_engine(config: WorkerConfig) -> Engine:
             prefix_caching=config.enable_block_reuse,
         ),
         speedup=config.sim_speedup,
+        catch_up_s=config.sim_catch_up_s,
     )
     policy = build_policy(config, tokenizer)
     if config.sim_dp_ranks > 1:
@@ -110,6 +110,9 @@ async def serve(config: WorkerConfig) -> None:
 
 
 def run(config: WorkerConfig) -> int:
+    from agentserve.eventloop import event_loop_runner
+
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    asyncio.run(serve(config))
+    with event_loop_runner() as runner:
+        runner.run(serve(config))
     return 0

@@ -133,6 +133,10 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
     ),
     "agent.apis": ({"agent": {"apis": ["chat", "responses"]}}, {("frontend", "apis"): ["chat", "responses"]}),
     "agent.codexCatalog": ({"agent": {"codexCatalog": False}}, {("frontend", "codex_catalog"): False}),
+    "frontend.processes": (
+        {"frontend": {"processes": 3}, "state": {"managed": {}}},
+        {("frontend", "processes"): 3},
+    ),
     "frontend.maxRequestBodyBytes": (
         {"frontend": {"maxRequestBodyBytes": 1048576}},
         {("frontend", "max_body_bytes"): 1048576},
@@ -904,3 +908,30 @@ def test_drain_fits_in_the_termination_grace_period(tmp_path: Path) -> None:
         "coder-router",
         "coder-worker",
     }
+
+
+@pytest.mark.parametrize(
+    ("frontend", "shared", "expected"),
+    [
+        ({}, True, 1),  # no CPU given: one process
+        ({"resources": {"limits": {"cpu": "4"}}}, True, 4),
+        ({"resources": {"limits": {"cpu": "2500m"}, "requests": {"cpu": "1"}}}, True, 2),  # whole cores
+        ({"resources": {"requests": {"cpu": 3}}}, True, 3),  # no limit: the request
+        ({"resources": {"requests": {"cpu": "500m"}}}, True, 1),  # less than a core: still one
+        ({"resources": {"limits": {"cpu": "8"}}}, False, 1),  # no shared state: one
+        ({"processes": 2, "resources": {"limits": {"cpu": "8"}}}, True, 2),  # explicit wins
+    ],
+)
+def test_frontend_processes_follow_the_pods_cpu(
+    frontend: dict[str, Any], shared: bool, expected: int, tmp_path: Path
+) -> None:
+    fragment: dict[str, Any] = {"frontend": frontend}
+    if shared:
+        fragment["state"] = {"managed": {}}
+    spec = AgentServingDeploymentSpec.model_validate(_drop_nones(merge(BASE, fragment)))
+    assert component_config(build(spec, "coder", "ai"), "frontend", tmp_path).processes == expected
+
+
+def test_frontend_processes_without_shared_state_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"frontend.processes > 1 needs shared state"):
+        AgentServingDeploymentSpec.model_validate(merge(BASE, {"frontend": {"processes": 2}}))

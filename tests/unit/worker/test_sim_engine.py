@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -243,5 +244,69 @@ async def test_a_lagging_consumer_gets_merged_steps(tokenizer: HFTokenizer) -> N
         steps = await collect(stream)
         assert len(steps) < 300
         assert sum(len(s.token_ids) for s in steps) == 300
+    finally:
+        await eng.stop()
+
+
+async def test_a_paced_engine_that_fell_behind_catches_up_with_merged_steps(tokenizer: HFTokenizer) -> None:
+    # ~4 ms per token at 10x: 0.4 ms each. Blocking the loop for 40 ms puts the engine ~100 tokens
+    # behind its simulated clock; it then runs the iterations due back to back (one slice), so the
+    # consumer's next step carries many tokens instead of one per loop hop.
+    eng = engine(tokenizer, speedup=10)
+    await eng.start()
+    try:
+        stream = eng.generate(req("a", max_tokens=200, ignore_eos=True))
+        first = await stream.__anext__()
+        time.sleep(0.04)  # the process stalls (the engine cannot run)
+        steps = [first, *await collect(stream)]
+        assert sum(len(s.token_ids) for s in steps) == 200
+        assert max(len(s.token_ids) for s in steps) > 5
+    finally:
+        await eng.stop()
+
+
+async def test_a_scripted_output_is_planned_once_and_cut_to_max_tokens(tokenizer: HFTokenizer) -> None:
+    raw = "word " * 3000
+    policy = ScriptPolicy.from_mapping({"rules": [], "default": raw}, EchoPolicy())
+    eng = SimEngine(SimConfig(block_size=BS, speedup=0), tokenizer, policy)
+    calls = 0
+    encode = tokenizer.encode
+
+    def counting(text: str) -> list[int]:
+        nonlocal calls
+        calls += 1
+        return encode(text)
+
+    eng.tokenizer.encode = counting  # type: ignore[method-assign]
+    await eng.start()
+    try:
+        for rid in ("a", "b", "c"):
+            steps = await collect(eng.generate(req(rid, max_tokens=7)))
+            ids = [t for s in steps for t in s.token_ids]
+            assert len(ids) == 7 and steps[-1].finish_reason == "length"
+            assert "".join(s.text for s in steps) == raw[: len("".join(s.text for s in steps))]
+            assert tokenizer.decode(ids).startswith("".join(s.text for s in steps))
+        assert calls == 1  # same text, stops and length: one plan
+        steps = await collect(eng.generate(req("d", max_tokens=9)))
+        assert sum(len(s.token_ids) for s in steps) == 9 and calls == 2
+    finally:
+        await eng.stop()
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 12, 20])
+async def test_a_migrated_request_without_hints_continues_the_same_output(k: int) -> None:
+    # The prompt of a migrated request ends with the k tokens already streamed; the context (here
+    # the whole decoded prompt: no chat markup) must come from the prompt before them.
+    prompt = list(range(1, 20))
+    eng = SimEngine(SimConfig(block_size=BS, speedup=0))  # byte tokens
+    await eng.start()
+    try:
+        whole = await collect(eng.generate(GenerateRequest("a", prompt, SamplingParams(max_tokens=60))))
+        ids = [t for s in whole for t in s.token_ids]
+        moved = GenerateRequest(
+            "b", prompt + ids[:k], SamplingParams(max_tokens=60 - k), hints=Hints(resumed_tokens=k)
+        )
+        rest = await collect(eng.generate(moved))
+        assert [t for s in rest for t in s.token_ids] == ids[k:]
     finally:
         await eng.stop()

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import math
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -51,11 +52,16 @@ class SimConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     timing: TimingModel = DEFAULT_TIMING
     speedup: float = 1.0  # simulated seconds per real second; 0 or inf: no waiting
-    zero_time_slice_s: float = 5e-3  # with no waiting: run iterations this long between yields
+    zero_time_slice_s: float = 5e-3  # run iterations this long between yields (no waiting, or behind)
+    catch_up_s: float = 0.05  # at most this much wall time behind the simulated clock is caught up
 
     @property
     def zero_time(self) -> bool:
         return self.speedup == 0 or math.isinf(self.speedup)
+
+
+PLAN_CACHE = 256  # outputs remembered (text, stops, length) -> (ids, pieces)
+PIECE_WINDOW = 32  # token_pieces' look-ahead: tokens kept past the ones needed
 
 
 class _SimStream:
@@ -159,6 +165,7 @@ class SimEngine:
         self.pool = KvPool(self.config.num_blocks, self.config.block_size, self.config.host_blocks)
         self.scheduler = Scheduler(self.pool, self.config.scheduler, self.config.hash_seed)
         self._streams: dict[str, _SimStream] = {}
+        self._plans: OrderedDict[tuple[object, ...], tuple[list[int], list[str]]] = OrderedDict()
         self._hub = hub if hub is not None else EventHub()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -274,12 +281,14 @@ class SimEngine:
     def _plan(self, request: GenerateRequest, prompt: list[int]) -> tuple[list[int], list[str], FinishReason]:
         """The output token ids, their streamed text pieces, and why the output ends."""
         hints = request.hints
-        prompt_text = None if hints_complete(hints) else self.tokenizer.decode(prompt)
+        resumed = hints.resumed_tokens if hints is not None else 0
+        # A migrated request's prompt ends with the output already streamed: the context is the
+        # prompt before it (else the policy would read a partial reply as the conversation).
+        original = prompt[: len(prompt) - resumed] if 0 < resumed < len(prompt) else prompt
+        prompt_text = None if hints_complete(hints) else self.tokenizer.decode(original)
         text = self.policy.respond(context_for(hints, prompt_text))
         sampling = request.sampling
-        ids = cut_at_stops(self.tokenizer.encode, text, sampling)
-        pieces = token_pieces(self.tokenizer, ids)
-        resumed = hints.resumed_tokens if hints is not None else 0
+        ids, pieces = self._output(text, sampling, resumed + sampling.max_tokens)
         if resumed:  # a migrated request: what the dead worker already streamed is in the prompt
             ids, pieces = ids[resumed:], pieces[resumed:]
         end_reason: FinishReason = "stop"
@@ -291,6 +300,28 @@ class SimEngine:
         elif len(ids) > limit:
             ids, pieces, end_reason = ids[:limit], pieces[:limit], "length"
         return ids, pieces, end_reason
+
+    def _output(self, text: str, sampling: SamplingParams, need: int) -> tuple[list[int], list[str]]:
+        """The output's token ids (cut at stops) and pieces, at most `need` of them (+ a margin).
+
+        Memoized: a scripted output is the same text for every request, and tokenizing it and
+        cutting its pieces cost far more than simulating its tokens (63 % of a worker's CPU under
+        bench/peers.py before). Only the first `need` tokens matter, so only those (plus the
+        pieces' look-ahead window) are cut into pieces. The cached lists are never mutated.
+        """
+        key = (text, sampling.stop, sampling.stop_token_ids, sampling.include_stop, need)
+        hit = self._plans.get(key)
+        if hit is not None:
+            self._plans.move_to_end(key)
+            return hit
+        ids = cut_at_stops(self.tokenizer.encode, text, sampling)
+        if len(ids) > need + PIECE_WINDOW:
+            ids = ids[: need + PIECE_WINDOW]
+        plan = ids, token_pieces(self.tokenizer, ids, PIECE_WINDOW)
+        self._plans[key] = plan
+        if len(self._plans) > PLAN_CACHE:
+            self._plans.popitem(last=False)
+        return plan
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -316,8 +347,19 @@ class SimEngine:
                     await asyncio.sleep(0)
                     slice_start = loop.time()
             else:
-                clock = max(clock, loop.time()) + timing.step_seconds(outcome.work) / speedup
-                await asyncio.sleep(max(clock - loop.time(), 0.0))
+                # The simulated clock runs ahead of the loop's, or catches up when the process fell
+                # behind (at most `catch_up_s`): then iterations run back to back and each stream
+                # gets every token due meanwhile as one merged step, as a real engine's consumer
+                # that lags does, instead of one event-loop hop per token. Yielding every
+                # `zero_time_slice_s` keeps the consumers' latency bounded.
+                now = loop.time()
+                clock = max(clock, now - self.config.catch_up_s) + timing.step_seconds(outcome.work) / speedup
+                if clock > now:
+                    await asyncio.sleep(clock - now)
+                    slice_start = loop.time()
+                elif now - slice_start >= slice_s:
+                    await asyncio.sleep(0)
+                    slice_start = loop.time()
                 self._deliver(outcome)
 
     def _deliver(self, outcome: StepOutcome) -> None:

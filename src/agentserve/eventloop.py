@@ -1,0 +1,18 @@
+"""The event loop every agentserve server runs on: uvloop where it is installed.
+
+uvloop's transports and callbacks are compiled: under bench/peers.py the worker spent ~10 % of its
+time in asyncio's pure-Python `_SelectorSocketTransport.write` and loop machinery per frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+def event_loop_runner() -> asyncio.Runner:
+    """An `asyncio.Runner` on uvloop (the default on Linux and macOS), else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - platforms without uvloop
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)

@@ -195,6 +195,26 @@ def test_deleting_a_cr_with_the_operator_down_does_not_hang(two: Kube, operator:
         operator.start()
 
 
+def test_unknown_llm_api_options_are_refused_before_any_object_is_applied(operator: Operator) -> None:
+    """The apiserver cannot check llmApiOptions' keys (free-form values have no CEL type); the operator
+    does, before a worker pod would start loading for hours."""
+    kube = operator.kube
+    kube.ensure_namespace("llm-args")
+    cr = yaml.safe_load(sim_cr("typo", "llm-args"))
+    cr["spec"]["workers"] = {"replicas": 1, "llmApiOptions": {"enable_atention_dp": True}}
+    kube.apply_yaml(yaml.safe_dump(cr))
+    ready = wait_for(
+        lambda: (c := condition(kube.get("asd", "typo", "llm-args"), "Ready")) and c.get("reason") and c,
+        30,
+        "a Ready condition",
+        interval=0.3,
+    )
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec", ready
+    assert "llmApiOptions.enable_atention_dp" in ready["message"]
+    assert not children(kube, "llm-args", "typo")
+    kube.kubectl("delete", "asd", "typo", "-n", "llm-args", "--wait=false")
+
+
 def test_deleting_the_cr_garbage_collects_every_child_and_spares_the_twin(two: Kube) -> None:
     twin = children(two, "team-b", "coder")
     two.kubectl("delete", "asd", "coder", "-n", "team-a")

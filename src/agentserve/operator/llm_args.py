@@ -156,8 +156,3 @@ def unknown_llm_api_options(options: Mapping[str, Any]) -> list[str]:
         unknown += [f"kv_cache_config.{k}" for k in kv if k not in KV_CACHE_CONFIG_FIELDS]
     return unknown
 
-
-def cel_allow_list() -> str:
-    """`LLM_ARGS_FIELDS` as a CEL map literal: `k in {...}` is a key lookup, so the apiserver's cost
-    estimate of the rule does not grow with the (unbounded) length of the keys it checks."""
-    return "{" + ", ".join(f"'{name}': true" for name in LLM_ARGS_FIELDS) + "}"

@@ -23,7 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from agentserve.config import ALL_APIS, ApiName, ReplayPolicy
 from agentserve.families import family_names
-from agentserve.operator.llm_args import TRTLLM_RELEASE, cel_allow_list, unknown_llm_api_options
+from agentserve.operator.llm_args import TRTLLM_RELEASE, unknown_llm_api_options
 
 GROUP = "agentserve.dev"
 VERSION = "v1alpha1"
@@ -477,27 +477,16 @@ class WorkersSpec(ComponentSpec):
                 s.engine == "sim" or s.gpus_per_worker is None or s.gpus_per_worker >= s.tensor_parallel_size
             ),
         ),
-        Rule(
-            "!has(self.llmApiOptions) || "
-            "(has(self.llmApiOptionsCheck) && self.llmApiOptionsCheck == 'off') || "
-            f"self.llmApiOptions.all(k, k in {cel_allow_list()})",
-            f"llmApiOptions has a key that TensorRT-LLM {TRTLLM_RELEASE}'s LLM() does not accept (see "
-            "docs/kubernetes.md; llmApiOptionsCheck: off for another worker image)",
-            lambda s: (
-                s.llm_api_options is None
-                or s.llm_api_options_check == "off"
-                or not [k for k in unknown_llm_api_options(s.llm_api_options) if "." not in k]
-            ),
-            lambda s: _unknown_option_message(unknown_llm_api_options(s.llm_api_options or {})),
-        ),
     )
 
     @model_validator(mode="after")
     def _options_do_not_shadow_fields(self) -> WorkersSpec:
-        # Not expressible in CEL: the values of llmApiOptions are free-form, invisible to CEL rules.
+        # Not expressible in CEL: a map whose values have no schema type has no CEL type, so the
+        # apiserver refuses any rule that names llmApiOptions ("undefined field"; apiserver
+        # pkg/cel/common/schemas.go SchemaDeclType). The operator checks it: Ready=False InvalidSpec,
+        # nothing applied, before any worker pod starts loading.
         options = self.llm_api_options or {}
         if self.llm_api_options_check == "pinned":
-            # The top-level keys are the CEL rule's too; nested kv_cache_config keys are Python-only.
             unknown = unknown_llm_api_options(options)
             if unknown:
                 raise ValueError(_unknown_option_message(unknown))

@@ -201,7 +201,7 @@ def test_unknown_llm_api_options_are_refused_before_any_object_is_applied(operat
     kube = operator.kube
     kube.ensure_namespace("llm-args")
     cr = yaml.safe_load(sim_cr("typo", "llm-args"))
-    cr["spec"]["workers"] = {"replicas": 1, "llmApiOptions": {"enable_atention_dp": True}}
+    cr["spec"]["workers"]["llmApiOptions"] = {"enable_atention_dp": True}
     kube.apply_yaml(yaml.safe_dump(cr))
     ready = wait_for(
         lambda: (c := condition(kube.get("asd", "typo", "llm-args"), "Ready")) and c.get("reason") and c,

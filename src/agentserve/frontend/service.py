@@ -157,6 +157,7 @@ class Frontend:
         self.stops = engine_stops(pipeline.family.stop_tokens, pipeline.tokenizer.token_id)
         self._prompt_lengths: OrderedDict[str, int] = OrderedDict()  # session → last prompt's length
         self.context_window = self.models[0].context_window
+        self.max_output = self.models[0].max_output_tokens
 
     # -- before dispatch ---------------------------------------------------------------------------
 
@@ -242,7 +243,7 @@ class Frontend:
             prompt, extends = splice_any(prompt, self.replay.get(replaying), self.pipeline)
         requested = request.options.max_tokens
         max_tokens = output_budget(
-            None if requested == 0 else requested, len(prompt.token_ids), self.context_window
+            None if requested == 0 else requested, len(prompt.token_ids), self.context_window, self.max_output
         )
         drift = previous_prompt = None
         if session is not None:

@@ -13,6 +13,7 @@ from agentserve.api._check import (
     missing,
     object_schema,
     one_of,
+    openai_metadata,
     opt_bool,
     opt_dict,
     opt_int,
@@ -360,6 +361,7 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
         template_kwargs=kwargs,
     )
     opt_str(b, "user", "")
+    openai_metadata(opt_dict(b, "metadata", ""), "metadata")  # OpenAI's limits; not used otherwise
     restored = 0
     if memory is not None:
         messages, restored = restore_history(messages, memory, memory_scope, whole_turns=True)

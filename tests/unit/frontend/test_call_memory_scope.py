@@ -131,19 +131,19 @@ async def test_a_session_header_separates_conversations_that_look_identical(tmp_
     app = _app(tmp_path)
     frontend = frontend_of(app)
     transport = httpx.ASGITransport(app=app)
-    histories = [
-        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "same task: list"}]
-        for _ in range(2)
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "same task: list"},
     ]
     sessions = [{"x-session-id": "session-a"}, {"x-session-id": "session-b"}]
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=transport, base_url="http://t") as c,
     ):
-        await _turn(c, histories[0], sessions[0])
-        histories[0].append({"role": "tool", "tool_call_id": "functions.Bash:0", "content": "a.py"})
+        await _turn(c, history, sessions[0])
+        history.append({"role": "tool", "tool_call_id": "functions.Bash:0", "content": "a.py"})
         # Session b never made the call: its echo of the same turn has nothing to restore from.
-        body = {"model": "kimi-sim", "messages": histories[0], "tools": TOOLS}
+        body = {"model": "kimi-sim", "messages": history, "tools": TOOLS}
         decoded = decode_chat(body)
         for headers, expected in ((sessions[0], 1), (sessions[1], 0)):
             identity = frontend.identify(decoded, decoded.agent_identity(headers))
@@ -152,8 +152,9 @@ async def test_a_session_header_separates_conversations_that_look_identical(tmp_
 
 
 @pytest.mark.anyio
-async def test_the_memory_keeps_working_across_a_conversations_turns(tmp_path: Path) -> None:
-    # Turn 1 is remembered under the key turn 2 will show (`key_after`): the reasoning comes back.
+async def test_turn_1_is_restored_on_turn_2_with_and_without_a_session_header(tmp_path: Path) -> None:
+    # Header-less, turn 1 is remembered under the key turn 2 will show (`key_after`); with a header,
+    # under the header's session: either way the dropped reasoning comes back on turn 2.
     prompts = await _two_conversations(
         tmp_path, ("first task: a", {}), ("first task: a", {"x-session-id": "s1"})
     )

@@ -109,7 +109,7 @@ def test_pi_completes_a_multi_turn_tool_loop(binary: Path, stack: Stack, tmp_pat
     after = stack.metrics()
     records = stack.traces(3, after=traced)
     turns = check_loop_traces(records, "chat", "bash")
-    # pi sends no session id: the conversation's own key groups its turns (stable from turn 2), and
+    # pi sends no session id: the conversation's own key groups its turns (all three), and
     # each later turn extended the previous prompt + output (no drift).
     check_conversation_key(records)
     assert all(t["drift"] is not None and not t["drift"]["drifted"] for t in turns[1:]), turns

@@ -165,19 +165,31 @@ def object_schema(schema: dict[str, Any] | None, path: str) -> dict[str, Any] | 
 
 
 def openai_metadata(value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
-    """OpenAI's `metadata`: at most 16 pairs, keys of at most 64 characters, string values of at
-    most 512 (its own 400s otherwise)."""
+    """OpenAI's `metadata` (Chat and Responses): at most 16 pairs, keys of at most 64 characters,
+    string values of at most 512; refused with OpenAI's own wording and `param`."""
     if value is None:
         return None
     if len(value) > 16:
-        raise InvalidRequestError("at most 16 key-value pairs are allowed", param=path)
+        raise InvalidRequestError(
+            f"Invalid '{path}': too many properties. Expected an object with at most 16 properties, "
+            f"but got an object with {len(value)} properties instead.",
+            param=path,
+        )
     for key, item in value.items():
         if len(key) > 64:
-            raise InvalidRequestError("keys must be at most 64 characters", param=path)
+            raise InvalidRequestError(
+                f"Invalid '{path}': property name too long. Expected a string with maximum length 64, "
+                f"but got a string with length {len(key)} instead.",
+                param=path,
+            )
         if type(item) is not str:
             raise wrong_type(at(path, key), "a string", item)
         if len(item) > 512:
-            raise InvalidRequestError("must be at most 512 characters", param=at(path, key))
+            raise InvalidRequestError(
+                f"Invalid '{at(path, key)}': string too long. Expected a string with maximum length 512, "
+                f"but got a string with length {len(item)} instead.",
+                param=at(path, key),
+            )
     return value
 
 

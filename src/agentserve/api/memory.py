@@ -8,8 +8,13 @@ When a history message still describes the same turn (same calls, equal argument
 decoder swaps in the turn exactly as the model produced it.
 
 Keys are the call ids with everything but letters and digits removed (so rewritten ids still match),
-under a caller-chosen `scope` (API key or session), so one client never gets another's turn. Ids
-should be unguessable (the parsers' default `call_<24 hex>`). Not thread-safe: one per event loop.
+under a caller-chosen `scope`. The frontend's scope is the API key's digest *and* the conversation
+(`call_scope`: the session id from a header or the body, else the conversation's derived key), so
+one client never gets another's turn, and two conversations of one client never get each other's:
+native ids repeat across conversations (Kimi's `functions.NAME:IDX`), and a Chat client that drops
+reasoning would otherwise get back the reasoning of whichever conversation made the same visible
+call last. That is why restoring is a pass over the decoded history (`restore_history`), run once
+the request's identity is known, not part of decoding. Not thread-safe: one per event loop.
 """
 
 from __future__ import annotations
@@ -19,9 +24,15 @@ import re
 from collections import OrderedDict
 from typing import Any
 
-from agentserve.conversation import Message, Reasoning, Text, ToolCall
+from agentserve.conversation import Message, Reasoning, Text, ToolCall, ToolResult
 
 _NOT_ALNUM = re.compile(r"[^0-9A-Za-z]+")
+
+
+def call_scope(api_scope: str, session: str | None) -> str:
+    """The memory scope of a request: its API key's digest and its conversation's identity.
+    ("#" cannot occur in a key digest, so two (scope, session) pairs never collide.)"""
+    return api_scope if session is None else api_scope + "#" + session
 
 
 def _key(scope: str, call_id: str) -> str:
@@ -161,3 +172,50 @@ def _skip_space(text: str, pos: int) -> int:
     while pos < len(text) and text[pos].isspace():
         pos += 1
     return pos
+
+
+def restore_history(
+    messages: tuple[Message, ...], memory: CallMemory, scope: str, *, whole_turns: bool
+) -> tuple[tuple[Message, ...], int]:
+    """`messages` with every assistant turn the memory recognises put back as the model produced it,
+    and how many calls were restored.
+
+    `whole_turns` (Chat Completions: reasoning dropped or flattened, ids rewritten): a turn is
+    swapped whole (`restore_turn`) and later tool results follow its ids. Otherwise (Anthropic: the
+    turn's blocks are all there, `input` re-serialised): each call gets its exact arguments text.
+    """
+    out: list[Message] = []
+    id_map: dict[str, str] = {}  # client's call id -> ours, for restored turns
+    restored = 0
+    for message in messages:
+        if message.role == "assistant" and message.tool_calls:
+            if whole_turns:
+                flat = "".join(p.text for p in message.parts if isinstance(p, Reasoning))
+                turn = memory.restore_turn(message, flat or None, scope)
+                if turn is not None:
+                    for sent, mine in zip(message.tool_calls, turn.tool_calls, strict=True):
+                        id_map[sent.id] = mine.id
+                    restored += len(turn.tool_calls)
+                    message = turn
+            else:
+                parts = list(message.parts)
+                for i, part in enumerate(parts):
+                    if isinstance(part, ToolCall):
+                        exact = memory.restore_arguments(part.id, part.name, part.arguments, scope)
+                        if exact is not None:
+                            restored += 1
+                            if exact != part.arguments:
+                                parts[i] = ToolCall(part.id, part.name, exact)
+                message = Message(message.role, tuple(parts)) if parts != list(message.parts) else message
+        elif id_map and message.role == "tool":
+            message = Message(
+                message.role,
+                tuple(
+                    ToolResult(id_map.get(p.call_id, p.call_id), p.content, p.is_error, p.name)
+                    if isinstance(p, ToolResult)
+                    else p
+                    for p in message.parts
+                ),
+            )
+        out.append(message)
+    return tuple(out), restored

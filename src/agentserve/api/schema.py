@@ -484,6 +484,15 @@ class ChatResponseFormatJsonSchema(_Open):
     json_schema: ChatJsonSchema
 
 
+# OpenAI's `metadata` (Chat and Responses): at most 16 pairs, keys ≤ 64 characters, string values ≤ 512.
+OpenAIMetadata = Annotated[
+    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+    Field(
+        max_length=16, description="at most 16 pairs; keys at most 64 characters, string values at most 512"
+    ),
+]
+
+
 class ChatCompletionRequest(_Open):
     """`POST /v1/chat/completions`. A named `tool_choice` must name a function in `tools`."""
 
@@ -515,6 +524,7 @@ class ChatCompletionRequest(_Open):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     chat_template_kwargs: Json | None = Field(None, description="enable_thinking / thinking: bool")
     user: str | None = None
+    metadata: OpenAIMetadata | None = None
     nvext: NvExt | None = None
 
 
@@ -758,13 +768,7 @@ class ResponsesRequest(_Open):
     temperature: Temperature2 | None = None
     top_p: Probability | None = None
     truncation: Literal["auto", "disabled"] | None = None
-    metadata: (
-        Annotated[
-            dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
-            Field(max_length=16),
-        ]
-        | None
-    ) = None
+    metadata: OpenAIMetadata | None = None
     user: str | None = None
     background: Literal[False] | None = Field(None, description="background responses are not supported")
     conversation: None = Field(None, description="not supported")

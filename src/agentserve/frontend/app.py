@@ -93,6 +93,7 @@ def _generate_route(
             await frontend.state.prefetch(api, body, scope or "")
             decoded = surface.decode(body, frontend.ctx, scope or "")
             identity = frontend.identify(decoded, decoded.agent_identity(headers))
+            decoded = await frontend.restore(surface, body, decoded, identity, scope=scope or "")
             trace = frontend.trace(request_id, api, headers, decoded, identity)
             prepared = frontend.prepare(
                 surface, decoded, identity, trace, scope=scope or "", request_id=request_id
@@ -341,6 +342,10 @@ def create_app(
                 body = parse_json(await read_body(request, config.max_body_bytes))
                 await frontend.state.prefetch("anthropic", body, scope or "")
                 decoded = anthropic_surface.decode_count_tokens(body, frontend.ctx, scope or "")
+                identity = frontend.identify(decoded, decoded.agent_identity(request.headers))
+                decoded = await frontend.restore(
+                    anthropic_surface, body, decoded, identity, scope=scope or ""
+                )
                 frontend.check_model(decoded.options.model)
                 tokens = len(frontend.render(decoded).token_ids)
             except ApiError as error:

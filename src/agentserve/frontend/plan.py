@@ -18,8 +18,11 @@ from agentserve.worker.engine import Hints, SamplingParams
 _HINT_CHARS = 4000  # the sim's output policies read a message's start; never copy a whole file
 
 
-def output_budget(requested: int | None, prompt_tokens: int, context_window: int) -> int:
-    """Tokens the model may generate: what was asked, clamped to the room the window leaves.
+def output_budget(
+    requested: int | None, prompt_tokens: int, context_window: int, max_output: int | None = None
+) -> int:
+    """Tokens the model may generate: what was asked, clamped to the room the window leaves and to
+    the model's own output limit (`max_output`, what the catalogs advertise; None: none stated).
 
     A prompt that leaves no room is the API's context-length error (Claude Code compacts on its
     "prompt is too long" message, Codex on `context_length_exceeded`). A `max_tokens` larger than
@@ -29,6 +32,8 @@ def output_budget(requested: int | None, prompt_tokens: int, context_window: int
     room = context_window - prompt_tokens
     if room < 1:
         raise ContextLengthError(prompt_tokens, context_window)
+    if max_output is not None:
+        room = min(room, max_output)
     if requested is None:
         return room
     return max(1, min(requested, room))

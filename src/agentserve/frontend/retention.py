@@ -117,6 +117,17 @@ class RetentionTracker:
         self._prefixes: OrderedDict[int, tuple[str | None, tuple[int, ...], int]] = OrderedDict()
         self._last_seen: OrderedDict[str, float] = OrderedDict()
 
+    def rename(self, old: str, new: str, first_block: int | None) -> None:
+        """`old` is now called `new` (a header-less conversation's key once turn 1's reply anchors it,
+        `prompt.session.key_after`): its idle clock and its prompt entry move along, so its turn 2 is
+        neither a first visit nor "another conversation" sharing the whole of turn 1."""
+        last = self._last_seen.pop(old, None)
+        if last is not None:
+            self._last_seen[new] = last
+        entry = None if first_block is None else self._prefixes.get(first_block)
+        if first_block is not None and entry is not None and entry[0] == old:
+            self._prefixes[first_block] = (new, entry[1], entry[2])
+
     def observe(
         self, block_hashes: tuple[int, ...], session: str | None, now: float
     ) -> tuple[int, float | None]:

@@ -27,7 +27,7 @@ from agentserve.api.errors import (
     OverloadedError,
 )
 from agentserve.api.identity import AgentIdentity
-from agentserve.api.memory import CallMemory
+from agentserve.api.memory import CallMemory, call_scope
 from agentserve.api.request import DecodedRequest
 from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
@@ -157,6 +157,7 @@ class Frontend:
         self.stops = engine_stops(pipeline.family.stop_tokens, pipeline.tokenizer.token_id)
         self._prompt_lengths: OrderedDict[str, int] = OrderedDict()  # session → last prompt's length
         self.context_window = self.models[0].context_window
+        self.max_output = self.models[0].max_output_tokens
 
     # -- before dispatch ---------------------------------------------------------------------------
 
@@ -173,6 +174,15 @@ class Frontend:
         if key is None:
             return identity
         return replace(identity, session_id=key, source=CONVERSATION_SOURCE)
+
+    async def restore(
+        self, surface: Surface, body: object, request: DecodedRequest, identity: AgentIdentity, *, scope: str
+    ) -> DecodedRequest:
+        """The request with its remembered turns put back, looked up under the API key's scope and
+        this conversation's identity (`call_scope`), never another conversation's."""
+        memory_scope = call_scope(scope, identity.session_id)
+        await self.state.prefetch_turns(surface.name, body, memory_scope)
+        return surface.restore(request, self.ctx, memory_scope)
 
     def render(self, request: DecodedRequest) -> RenderedPrompt:
         """The prompt exactly as the real request renders it (count_tokens uses this too)."""
@@ -233,7 +243,7 @@ class Frontend:
             prompt, extends = splice_any(prompt, self.replay.get(replaying), self.pipeline)
         requested = request.options.max_tokens
         max_tokens = output_budget(
-            None if requested == 0 else requested, len(prompt.token_ids), self.context_window
+            None if requested == 0 else requested, len(prompt.token_ids), self.context_window, self.max_output
         )
         drift = previous_prompt = None
         if session is not None:
@@ -343,18 +353,26 @@ class Frontend:
         if session is not None and p.identity.source == CONVERSATION_SOURCE and first_turn:
             # Turn 1 has no reply to anchor its key yet: remember it under the key turn 2 will show.
             reply = reply or TurnAccumulator().feed_all(events)
+            turn_one = session
             session = key_after(conversation, reply.message(), self.pipeline.strip)
+            if session is not None and session != turn_one:
+                # Traces and the retention tracker follow the conversation from turn 1 on (docs/prompt.md).
+                p.trace.relabel(session)
+                hashes = p.prompt.block_hashes
+                self._retention_tracker.rename(turn_one, session, hashes[0] if hashes else None)
         if session is not None:
             self._remember_session(p, gen, events, session, calls=calls, turn=reply)
         if turn is not None:
-            p.surface.remember(p.request, turn, response_id, self.ctx, p.scope)
+            # The call memory's scope is the one the next request of this conversation will show.
+            memory_scope = call_scope(p.scope, session)
+            p.surface.remember(p.request, turn, response_id, self.ctx, p.scope, memory_scope=memory_scope)
             if store:
                 await self._save_response(p, turn, response_id, body)
             elif calls:
                 first = next(e for e in events if type(e) is ToolCallStart)
-                message = self.ctx.memory.turn(first.id, p.scope)
+                message = self.ctx.memory.turn(first.id, memory_scope)
                 if message is not None:
-                    await self.state.save_turns(p.scope, (message,))
+                    await self.state.save_turns(memory_scope, (message,))
 
     def _remember_session(
         self,

@@ -6,18 +6,20 @@ codec's job lives here: when the stream's first frame can go out (Anthropic's `m
 carries the prompt's cache hits, known at the first engine step), what a keep-alive ping is (an
 Anthropic `ping` event once the message started, else an SSE comment), which error event ends a
 stream, and what is remembered after a turn (the call memory for Anthropic and Chat clients, the
-response store for Responses).
+response store for Responses). The call memory is read after decoding (`restore`), once the
+frontend knows which conversation the request belongs to: its scope is the API key *and* the
+conversation (`memory.call_scope`), so two conversations never get each other's turns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from agentserve.api import anthropic, chat, responses
 from agentserve.api.errors import ApiError, ApiKind
-from agentserve.api.memory import CallMemory
+from agentserve.api.memory import CallMemory, restore_history
 from agentserve.api.request import DecodedRequest, ResponsesRequest
 from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
@@ -63,6 +65,10 @@ class Surface(Protocol):
 
     def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest: ...
 
+    def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:
+        """The request with the turns the call memory recognises (under `memory_scope`) put back."""
+        ...
+
     def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter: ...
 
     def build(
@@ -72,8 +78,32 @@ class Surface(Protocol):
         ...
 
     def remember(
-        self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
-    ) -> None: ...
+        self,
+        request: DecodedRequest,
+        turn: TurnAccumulator,
+        response_id: str,
+        ctx: Context,
+        scope: str,
+        *,
+        memory_scope: str,
+    ) -> None:
+        """Keep the finished turn: the call memory under `memory_scope` (the conversation's), the
+        response store under `scope` (the API key's: `previous_response_id` is looked up by it)."""
+        ...
+
+
+def _restore(
+    request: DecodedRequest, ctx: Context, memory_scope: str, *, whole_turns: bool
+) -> DecodedRequest:
+    conversation = request.conversation
+    if not ctx.memory or not any(m.role == "assistant" for m in conversation.messages):
+        return request
+    messages, restored = restore_history(
+        conversation.messages, ctx.memory, memory_scope, whole_turns=whole_turns
+    )
+    if not restored:
+        return request
+    return replace(request, conversation=replace(conversation, messages=messages), restored=restored)
 
 
 # -- Anthropic ------------------------------------------------------------------------------------
@@ -110,10 +140,10 @@ class AnthropicSurface:
     error_kind: ApiKind = "anthropic"
 
     def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
-        return anthropic.decode_messages(body, memory=ctx.memory, memory_scope=scope, signer=ctx.signer)
+        return anthropic.decode_messages(body, signer=ctx.signer)
 
     def decode_count_tokens(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
-        return anthropic.decode_count_tokens(body, memory=ctx.memory, memory_scope=scope, signer=ctx.signer)
+        return anthropic.decode_count_tokens(body, signer=ctx.signer)
 
     @staticmethod
     def _omit(request: DecodedRequest) -> bool:
@@ -133,10 +163,20 @@ class AnthropicSurface:
         )
         return body, body["id"]
 
+    def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:
+        return _restore(request, ctx, memory_scope, whole_turns=False)
+
     def remember(
-        self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
+        self,
+        request: DecodedRequest,
+        turn: TurnAccumulator,
+        response_id: str,
+        ctx: Context,
+        scope: str,
+        *,
+        memory_scope: str,
     ) -> None:
-        ctx.memory.remember(turn.message(ctx.signer), scope)
+        ctx.memory.remember(turn.message(ctx.signer), memory_scope)
 
 
 # -- Chat Completions -----------------------------------------------------------------------------
@@ -170,7 +210,7 @@ class ChatSurface:
     error_kind: ApiKind = "openai"
 
     def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
-        return chat.decode_chat(body, memory=ctx.memory, memory_scope=scope)
+        return chat.decode_chat(body)
 
     def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
         encoder = chat.ChatStreamEncoder(
@@ -184,10 +224,20 @@ class ChatSurface:
         body = chat.build_chat_completion(turn, model=model)
         return body, body["id"]
 
+    def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:
+        return _restore(request, ctx, memory_scope, whole_turns=True)
+
     def remember(
-        self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
+        self,
+        request: DecodedRequest,
+        turn: TurnAccumulator,
+        response_id: str,
+        ctx: Context,
+        scope: str,
+        *,
+        memory_scope: str,
     ) -> None:
-        ctx.memory.remember(turn.message(ctx.signer), scope)
+        ctx.memory.remember(turn.message(ctx.signer), memory_scope)
 
 
 # -- Responses ------------------------------------------------------------------------------------
@@ -244,8 +294,18 @@ class ResponsesSurface:
         body = responses.build_response(turn, _responses_request(request), signer=ctx.signer)
         return body, body["id"]
 
+    def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:
+        return request  # its history comes back whole: reasoning items and the response store
+
     def remember(
-        self, request: DecodedRequest, turn: TurnAccumulator, response_id: str, ctx: Context, scope: str
+        self,
+        request: DecodedRequest,
+        turn: TurnAccumulator,
+        response_id: str,
+        ctx: Context,
+        scope: str,
+        *,
+        memory_scope: str,
     ) -> None:
         ctx.store.remember(_responses_request(request), response_id, turn.message(), scope)
 

@@ -7,15 +7,18 @@ first user message, and the model's first reply. Those four identify it:
 
 - Volatile spans are stripped first (the deployment's strip rules, then dates, times and weekdays),
   so a harness that re-renders "Current date: …" into its system prompt keeps its key across midnight.
-- The *anchor* is the first assistant turn: its first tool-call id (letters and digits only, so ids a
-  client rewrote still match) or, for a text reply, its text with whitespace collapsed. Call ids are
+- The *anchor* is the first assistant turn: its first tool call — id (letters and digits only, so ids
+  a client rewrote still match), name and arguments (as parsed JSON, so re-serialised arguments still
+  match) — or, for a text reply, its text with whitespace collapsed. Call ids are
   random (`call_<24 hex>`), so two conversations that start with the same prompt (two pi sessions in
   one project) get different keys from their second turn on and never merge. Before the model has
   replied there is no anchor: turn 1 of such conversations shares a key, which is harmless (their
-  prompts are identical, so is their cache) and nothing is remembered under it (`key_after`).
+  prompts are identical, so is their cache) and nothing is remembered under it (`key_after`); the
+  frontend relabels turn 1's trace record and retention state with the anchored key once the reply
+  is known (docs/prompt.md, "A conversation's identity without a header").
 
-Pure functions; the frontend uses the key for traces, drift detection, session affinity and KV
-retention when the request names no session.
+Pure functions; the frontend uses the key for traces, drift detection, session affinity, KV
+retention and the call memory's scope when the request names no session.
 """
 
 from __future__ import annotations
@@ -63,11 +66,23 @@ def key_after(conversation: Conversation, reply: Message, rules: StripRules | No
 
 
 def anchor(reply: Message) -> str:
-    """What makes a conversation's first assistant turn its own: its first call id, else its text."""
+    """What makes a conversation's first assistant turn its own: its first call (id, name and
+    arguments), else its text. The arguments matter for native ids that repeat across conversations
+    (Kimi's `functions.NAME:IDX`): two conversations that open alike but whose first calls differ
+    stay apart. They are compared as parsed JSON, so a client's re-serialisation keeps the key."""
     calls = reply.tool_calls
     if calls:
-        return "call:" + _NOT_ALNUM.sub("", calls[0].id)
+        call = calls[0]
+        return f"call:{_NOT_ALNUM.sub('', call.id)}:{call.name}:{_canonical(call.arguments)}"
     return "text:" + " ".join(reply.text.split())[:_ANCHOR_CHARS]
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return " ".join(arguments.split())[:_ANCHOR_CHARS]
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)[:_ANCHOR_CHARS]
 
 
 def _key(conversation: Conversation, first_user: Message, anchor_: str, rules: StripRules | None) -> str:

@@ -144,13 +144,18 @@ class SharedState:
     # -- before decode ---------------------------------------------------------------------------
 
     async def prefetch(self, api: str, body: Any, scope: str) -> None:
-        """Pull what this request's decode may look up into the local caches. Raises only
-        StoreUnavailableError, for a `previous_response_id` the store could not be asked about."""
+        """Pull what this request's decode may look up into the local caches (the chain head of a
+        Responses `previous_response_id`). Raises only StoreUnavailableError, for a
+        `previous_response_id` the store could not be asked about."""
+        if api == "responses" and isinstance(body, dict):
+            previous = body.get("previous_response_id")
+            if isinstance(previous, str) and previous:
+                await self._load_response(scope, previous)
+
+    async def prefetch_turns(self, api: str, body: Any, scope: str) -> None:
+        """Pull the turns behind a Chat or Anthropic history's call ids into the call memory, under
+        the conversation's memory scope (`memory.call_scope`): after identification, before restore."""
         if api == "responses":
-            if isinstance(body, dict):
-                previous = body.get("previous_response_id")
-                if isinstance(previous, str) and previous:
-                    await self._load_response(scope, previous)
             return
         ids = history_call_ids(api, body)
         if not ids:

@@ -97,6 +97,9 @@ class RequestTelemetry:
         for dispatched in self.builder.on_events(events, t, output_tokens=output_tokens):
             self._hub.dispatches.add(dispatched)
 
+    def relabel(self, session_id: str) -> None:
+        self.builder.relabel(session_id)
+
     def finished(self, usage: Usage, reason: FinishReason, t: float | None = None) -> TraceRecord:
         return self._complete(self.builder.finished(usage, reason, t))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias, get_args
 
 from agentserve.api.identity import AgentIdentity
@@ -557,6 +557,11 @@ class TraceBuilder:
     @property
     def session_id(self) -> str | None:
         return self._identity.session_id
+
+    def relabel(self, session_id: str) -> None:
+        """Record the request under `session_id` (a header-less conversation's turn 1, once its reply
+        gives it the key its later turns show: `prompt.session.key_after`)."""
+        self._identity = replace(self._identity, session_id=session_id)
 
     @property
     def record(self) -> TraceRecord | None:

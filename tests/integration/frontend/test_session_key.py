@@ -64,9 +64,9 @@ def test_conversations_without_a_session_header_get_their_own_key(
     sources = {r["agent_context"]["source"] for r in requests}
     assert sources == {"conversation"} and all(k.startswith("conv-") for k in sessions)
     first_a, first_b, second_a, second_b, third_a, third_b, fourth_a = sessions
-    assert first_a == first_b  # turn 1 of both: nothing tells them apart yet (same prompt, same cache)
-    assert second_a == third_a == fourth_a and second_b == third_b  # stable from turn 2 on
-    assert second_a != second_b  # never merged
+    # Stable from turn 1 on: turn 1's record carries the key its reply anchored (`key_after`)...
+    assert first_a == second_a == third_a == fourth_a and first_b == second_b == third_b
+    assert first_a != first_b  # ...and the two conversations, which started alike, never merge
     # Drift is tracked per conversation, and every later turn extended its own previous turn (the
     # answer whose reasoning pi dropped included: exact replay puts it back)...
     for r in requests[2:6]:

@@ -337,6 +337,13 @@ REJECTED = [
     ("/v1/responses", {"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
     ("/v1/responses", {"metadata": {"k": 1}}, "metadata.k"),
     ("/v1/responses", {"metadata": {"k": "v" * 513}}, "metadata.k"),
+    ("/v1/responses", {"metadata": {"k" * 65: "v"}}, "metadata"),
+    # Chat `metadata`: the same limits (OpenAI enforces them on Chat too)
+    ("/v1/chat/completions", {"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+    ("/v1/chat/completions", {"metadata": {"k" * 65: "v"}}, "metadata"),
+    ("/v1/chat/completions", {"metadata": {"k": 1}}, "metadata.k"),
+    ("/v1/chat/completions", {"metadata": {"k": "v" * 513}}, "metadata.k"),
+    ("/v1/chat/completions", {"metadata": ["k", "v"]}, "metadata"),
     # names past 256 characters (models, tools)
     ("/v1/messages", {"model": "m" * 257}, "model"),
     ("/v1/chat/completions", {"model": "m" * 257}, "model"),
@@ -368,7 +375,28 @@ ACCEPTED = [
     ("/v1/chat/completions", {"tool_choice": {"type": "function", "function": {"name": "Bash"}}}),
     ("/v1/chat/completions", {"stop": ["a", "b", "c", "d"]}),
     ("/v1/responses", {"tool_choice": {"type": "function", "name": "shell"}}),
+    ("/v1/chat/completions", {"metadata": {**{f"k{i}": "v" for i in range(15)}, "k" * 64: "v" * 512}}),
 ]
+
+
+def test_chat_metadata_errors_read_as_openais() -> None:
+    from agentserve.api import decode_chat
+
+    too_many = {**CHAT, "metadata": {f"k{i}": "v" for i in range(17)}}
+    with pytest.raises(InvalidRequestError) as info:
+        decode_chat(too_many)
+    body = info.value.openai_body()["error"]
+    assert body["param"] == "metadata" and body["type"] == "invalid_request_error"
+    assert body["message"] == (
+        "Invalid 'metadata': too many properties. Expected an object with at most 16 properties, "
+        "but got an object with 17 properties instead."
+    )
+    with pytest.raises(InvalidRequestError) as info:
+        decode_chat({**CHAT, "metadata": {"k": "v" * 513}})
+    assert info.value.openai_body()["error"]["message"] == (
+        "Invalid 'metadata.k': string too long. Expected a string with maximum length 512, "
+        "but got a string with length 513 instead."
+    )
 
 
 @pytest.mark.parametrize(("path", "change"), ACCEPTED)
@@ -450,3 +478,54 @@ def test_a_tool_schema_that_is_not_an_objects_is_a_400(
     r = post(client, path, with_value(BODIES[path], where, schema))
     assert r.status_code == 400, r.text
     assert error_of(path, r)[1] == param
+
+
+# -- 4. catalogs advertise the model's own output limit ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("files", "limit"),
+    [
+        ({"generation_config.json": {"max_new_tokens": 32768}}, 32768),
+        ({"generation_config.json": {"max_length": 16384}}, 16384),  # prompt + output: bounds the output
+        ({"generation_config.json": {"max_new_tokens": 8192, "max_length": 40960}}, 8192),
+        ({"generation_config.json": {"max_length": 20}}, None),  # transformers' default, written out
+        ({"generation_config.json": {"max_new_tokens": 999999}}, 40960),  # never past the window
+        ({"generation_config.json": {"temperature": 0.6}, "config.json": {"max_output_tokens": 4096}}, 4096),
+        ({"config.json": {"text_config": {"max_new_tokens": 2048}}}, 2048),
+        ({"generation_config.json": {"max_new_tokens": "many"}}, None),
+        ({}, None),  # nothing stated: omitted, not guessed
+    ],
+)
+def test_every_catalog_advertises_the_models_own_output_limit(
+    tmp_path: Any, files: dict[str, Any], limit: int | None
+) -> None:
+    from agentserve.api.catalog import anthropic_models, codex_catalog, openai_models
+    from agentserve.config import FrontendConfig
+    from agentserve.families import get_family
+    from agentserve.frontend.models import served_models
+
+    config_json = {"max_position_embeddings": 40960, **files.get("config.json", {})}
+    (tmp_path / "config.json").write_text(json.dumps(config_json))
+    if "generation_config.json" in files:
+        (tmp_path / "generation_config.json").write_text(json.dumps(files["generation_config.json"]))
+    models = served_models(FrontendConfig.model_validate({"model_path": str(tmp_path)}), get_family("qwen3"))
+    assert models[0].max_output_tokens == limit
+    anthropic = anthropic_models(models)["data"][0]
+    openai = openai_models(models, codex=True)
+    assert anthropic.get("max_tokens") == limit
+    assert openai["data"][0].get("max_output_tokens") == limit
+    # Codex's ModelInfo has no output-limit field (its config.toml's `model_max_output_tokens` is
+    # the client's own setting): the entry stays as Codex parses it.
+    assert "max_output_tokens" not in codex_catalog(models)["models"][0]
+    assert "max_output_tokens" not in openai["models"][0]
+
+
+def test_the_budget_holds_to_the_advertised_output_limit() -> None:
+    from agentserve.frontend.plan import output_budget
+
+    assert output_budget(32000, 1000, 40960, 8192) == 8192  # Claude Code's 32000 → the model's limit
+    assert output_budget(None, 1000, 40960, 8192) == 8192  # no max_tokens: the limit, not the room
+    assert output_budget(100, 1000, 40960, 8192) == 100
+    assert output_budget(32000, 38000, 40960, 8192) == 2960  # the window's room is smaller
+    assert output_budget(None, 1000, 40960, None) == 39960

@@ -115,3 +115,18 @@ def test_a_text_reply_anchors_on_its_text() -> None:
 
 def test_no_user_message_no_key() -> None:
     assert conversation_key(Conversation((Text(SYSTEM),), (), TOOLS)) is None
+
+
+def test_native_ids_that_repeat_anchor_on_the_calls_arguments_too() -> None:
+    # Kimi numbers calls `functions.NAME:IDX`: two conversations that open alike make the same id.
+    def kimi(arguments: str) -> Conversation:
+        call = Message("assistant", (ToolCall("functions.bash:0", "bash", arguments),))
+        return conversation(SYSTEM, call, tool_result("functions.bash:0"))
+
+    assert conversation_key(kimi('{"command": "ls"}')) != conversation_key(kimi('{"command": "pwd"}'))
+    # Re-serialised by the client (pi, OpenClaw): still the same conversation.
+    assert conversation_key(kimi('{"command": "ls", "timeout": 5}')) == conversation_key(
+        kimi('{"timeout":5,"command":"ls"}')
+    )
+    # Same opening, same first call: nothing in the requests tells them apart (docs/api-codecs.md).
+    assert conversation_key(kimi('{"command": "ls"}')) == conversation_key(kimi('{"command": "ls"}'))

@@ -27,7 +27,7 @@ from agentserve.api._check import (
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.identity import BodyIdentity, session_from_user_id
 from agentserve.api.ids import canonical_call_id, is_safe_id
-from agentserve.api.memory import CallMemory
+from agentserve.api.memory import CallMemory, restore_history
 from agentserve.api.nvext import parse_nvext
 from agentserve.api.options import (
     GenerationOptions,
@@ -87,14 +87,11 @@ def _dumps_input(value: Any) -> str:
 class _Decoder:
     """One request's decoding state: tool ids seen so far (to pair results) and ignored fields."""
 
-    def __init__(self, memory: CallMemory | None, scope: str, signer: Signer | None) -> None:
-        self.memory = memory
-        self.scope = scope
+    def __init__(self, signer: Signer | None) -> None:
         self.signer = signer
         self.call_names: dict[str, str] = {}
         self.ignored: list[str] = []
         self.server_tools: set[str] = set()  # names of server tools (ignored, but tool_choice may name one)
-        self.restored = 0
 
     # -- content --------------------------------------------------------------------------------
 
@@ -158,15 +155,8 @@ class _Decoder:
         if type(value) is not dict:
             raise wrong_type(at(path, "input"), "an object", value)
         check_depth(value, at(path, "input"))
-        arguments = None
-        if self.memory is not None:
-            arguments = self.memory.restore_arguments(call_id, name, value, self.scope)
-            if arguments is not None:
-                self.restored += 1
-        if arguments is None:
-            arguments = _dumps_input(value)
         self.call_names[call_id] = name
-        return ToolCall(call_id, name, arguments)
+        return ToolCall(call_id, name, _dumps_input(value))
 
     def tool_result(self, block: dict[str, Any], path: str) -> ToolResult:
         wire_id = req_str(block, "tool_use_id", path)
@@ -404,7 +394,7 @@ def _decode(
     body: Any, *, count_tokens: bool, memory: CallMemory | None, memory_scope: str, signer: Signer | None
 ) -> AnthropicRequest:
     b = expect_dict(body, "body")
-    d = _Decoder(memory, memory_scope, signer)
+    d = _Decoder(signer)
     model = req_name(b, "model", "")
     max_tokens = opt_int(b, "max_tokens", "", minimum=0)
     if max_tokens is None and not count_tokens:
@@ -465,6 +455,9 @@ def _decode(
         response_format=fmt,
     )
     session = session_from_user_id(user_id) if user_id else None
+    restored = 0
+    if memory is not None:  # the frontend restores once it knows the conversation (`restore_history`)
+        messages, restored = restore_history(messages, memory, memory_scope, whole_turns=False)
     return AnthropicRequest(
         api="anthropic",
         conversation=Conversation(system, messages, tools),
@@ -472,7 +465,7 @@ def _decode(
         identity=BodyIdentity(session, "metadata.user_id" if session else None),
         nvext=nvext,
         ignored=tuple(d.ignored) + nvext.ignored,
-        restored=d.restored,
+        restored=restored,
         user_id=user_id,
         context_management=context_management,
     )

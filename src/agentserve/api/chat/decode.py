@@ -13,6 +13,7 @@ from agentserve.api._check import (
     missing,
     object_schema,
     one_of,
+    openai_metadata,
     opt_bool,
     opt_dict,
     opt_int,
@@ -24,7 +25,7 @@ from agentserve.api._check import (
 )
 from agentserve.api._common import parse_data_url
 from agentserve.api.errors import InvalidRequestError
-from agentserve.api.memory import CallMemory
+from agentserve.api.memory import CallMemory, restore_history
 from agentserve.api.nvext import parse_nvext
 from agentserve.api.options import (
     GenerationOptions,
@@ -60,14 +61,10 @@ _KNOWN_FIELDS = frozenset(
 
 
 class _Decoder:
-    def __init__(self, memory: CallMemory | None, scope: str) -> None:
-        self.memory = memory
-        self.scope = scope
+    def __init__(self) -> None:
         self.call_names: dict[str, str] = {}
-        self.id_map: dict[str, str] = {}  # client's call id -> ours, for restored turns
         self.legacy_calls: list[tuple[str, str]] = []  # (id, name) of unanswered legacy function calls
         self.ignored: list[str] = []
-        self.restored = 0
 
     def texts(self, content: Any, path: str, *, images: bool) -> tuple[Text | Image, ...]:
         if content is None:
@@ -142,24 +139,16 @@ class _Decoder:
             self.legacy_calls.append((call.id, call.name))
             calls.append(call)
         message = Message("assistant", (*parts, *calls))
-        if calls and self.memory is not None:
-            turn = self.memory.restore_turn(message, reasoning, self.scope)
-            if turn is not None:
-                for sent, mine in zip(calls, turn.tool_calls, strict=True):
-                    self.id_map[sent.id] = mine.id
-                message = turn
-                self.restored += len(calls)
         for call in message.tool_calls:
             self.call_names[call.id] = call.name
         return message
 
     def tool(self, m: dict[str, Any], path: str) -> Message:
-        sent_id = req_str(m, "tool_call_id", path)
-        call_id = self.id_map.get(sent_id, sent_id)
+        call_id = req_str(m, "tool_call_id", path)
         name = self.call_names.get(call_id)
         if name is None:
             raise InvalidRequestError(
-                f"tool message answers {sent_id!r}, which no preceding assistant tool_calls contain",
+                f"tool message answers {call_id!r}, which no preceding assistant tool_calls contain",
                 param=at(path, "tool_call_id"),
             )
         content = self.texts(m.get("content"), at(path, "content"), images=True)
@@ -308,9 +297,12 @@ def _stop(b: dict[str, Any]) -> tuple[str, ...]:
 
 
 def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: str = "") -> DecodedRequest:
-    """Decode a `POST /v1/chat/completions` body (already parsed JSON). Raises only ApiError."""
+    """Decode a `POST /v1/chat/completions` body (already parsed JSON). Raises only ApiError.
+
+    With `memory`, turns it recognises are restored under `memory_scope` (`restore_history`); the
+    frontend restores after identifying the conversation instead (`ChatSurface.restore`)."""
     b = expect_dict(body, "body")
-    d = _Decoder(memory, memory_scope)
+    d = _Decoder()
     model = req_name(b, "model", "")
     n = opt_int(b, "n", "")
     if n is not None and n != 1:
@@ -369,11 +361,15 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
         template_kwargs=kwargs,
     )
     opt_str(b, "user", "")
+    openai_metadata(opt_dict(b, "metadata", ""), "metadata")  # OpenAI's limits; not used otherwise
+    restored = 0
+    if memory is not None:
+        messages, restored = restore_history(messages, memory, memory_scope, whole_turns=True)
     return DecodedRequest(
         api="chat",
         conversation=Conversation(system, messages, tools),
         options=options,
         nvext=nvext,
         ignored=tuple(d.ignored) + nvext.ignored,
-        restored=d.restored,
+        restored=restored,
     )

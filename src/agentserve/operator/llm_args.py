@@ -155,4 +155,3 @@ def unknown_llm_api_options(options: Mapping[str, Any]) -> list[str]:
     if isinstance(kv, Mapping):
         unknown += [f"kv_cache_config.{k}" for k in kv if k not in KV_CACHE_CONFIG_FIELDS]
     return unknown
-

@@ -93,7 +93,7 @@ async def test_scripted_output_is_byte_exact_over_http(tokenizer: HFTokenizer) -
 
 async def test_caller_disconnect_aborts_the_engine_request(tokenizer: HFTokenizer) -> None:
     engine = sim(tokenizer, speedup=50)
-    async with served(engine) as srv, WorkerClient(srv.url) as client:
+    async with served(engine) as srv, WorkerClient(srv.url, transport="http") as client:
         stream = await client.generate(req("long", max_tokens=100_000, ignore_eos=True))
         first = await stream.__anext__()
         assert first.token_ids
@@ -136,7 +136,7 @@ async def test_disconnect_of_a_queued_request_aborts_it_too(tokenizer: HFTokeniz
 
 async def test_without_request_abort_the_engine_finishes_unread_requests(tokenizer: HFTokenizer) -> None:
     engine = sim(tokenizer, speedup=200)
-    async with served(engine, request_abort=False) as srv, WorkerClient(srv.url) as client:
+    async with served(engine, request_abort=False) as srv, WorkerClient(srv.url, transport="http") as client:
         stream = await client.generate(req("a", max_tokens=60, ignore_eos=True))
         await stream.__anext__()
         await stream.aclose()

@@ -225,6 +225,10 @@ class MuxStepStream:
         if not self._done:
             self._done = True
             self._conn.cancel(self.sid)
+            # A read pending on this stream ends (the router interrupts a hung worker's streams so).
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     async def __aenter__(self) -> MuxStepStream:
         return self

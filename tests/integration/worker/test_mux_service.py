@@ -162,3 +162,18 @@ async def test_http_transport_stays_per_request(tokenizer: HFTokenizer) -> None:
         stream = await client.generate(req("h", max_tokens=3))
         assert isinstance(stream, RemoteStepStream)
         assert [s async for s in stream][-1].usage is not None
+
+
+async def test_closing_a_stream_ends_a_read_pending_on_it(tokenizer: HFTokenizer) -> None:
+    """The router interrupts the streams of a worker it declared dead by closing them."""
+    engine = sim(tokenizer, speedup=0.0001)  # the first step is hours away
+    async with served(engine) as srv, WorkerClient(srv.url) as client:
+        stream = await client.generate(req("slow", max_tokens=5))
+        pending = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0.05)
+        assert not pending.done()
+        await stream.aclose()
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(pending, 5)
+        await _wait(lambda: engine.load().requests_aborted == 1)
+        assert engine.load().requests_aborted == 1

@@ -1,9 +1,10 @@
 """The worker's side of a multiplexed generate connection (`POST /generate/mux`, agentserve.worker.mux).
 
 One `MuxSession` per connection: it reads the client's OPEN/CANCEL messages from the request body,
-runs one consumer per engine stream, and writes what they produced in one chunk per event-loop
-pass (one engine step wakes every stream it advanced in the same pass, so a step's frames for all
-streams on the connection leave in one write). The connection ending aborts every stream on it.
+consumes every engine stream, and writes what they produced in one chunk per event-loop pass (one
+engine step advances all its streams in the same pass, so a step's frames for all streams on the
+connection leave in one write). Streams with a push mode (`listen`/`take`, the sim's) cost a
+callback per step; others get a consumer task each. The connection ending aborts every stream on it.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Protocol, cast
 
 from starlette.types import Receive, Send
 
 from agentserve.drain import DrainState
-from agentserve.worker.engine import EngineError, StepStream
+from agentserve.worker.engine import EngineError, Step, StepStream
 from agentserve.worker.mux import (
     MEDIA_TYPE,
     Cancel,
@@ -34,6 +36,14 @@ log = logging.getLogger("agentserve.worker")
 Opener = Callable[[object], StepStream | tuple[int, str, str]]
 
 
+class PushStream(Protocol):
+    """A stream that can call back when a step is ready instead of being awaited."""
+
+    def listen(self, listener: Callable[[], None]) -> None: ...
+
+    def take(self) -> Step | None: ...
+
+
 class MuxSession:
     def __init__(
         self, opener: Opener, send: Send, *, abort: bool = True, drain: DrainState | None = None
@@ -44,6 +54,8 @@ class MuxSession:
         self._drain = drain
         self._streams: dict[int, StepStream] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._push: dict[int, PushStream] = {}  # push-mode streams until their last step
+        self._ready: set[int] = set()
         self._out: list[bytes] = []
         self._wake = asyncio.Event()
         self._closed = False
@@ -55,21 +67,49 @@ class MuxSession:
         if len(self._out) == 1:
             self._wake.set()
 
+    def _on_ready(self, sid: int) -> None:
+        ready = self._ready
+        if not ready:
+            self._wake.set()
+        ready.add(sid)
+
+    def _take_ready(self) -> None:
+        ready, self._ready = self._ready, set()
+        for sid in ready:
+            stream = self._push.get(sid)
+            if stream is None:
+                continue
+            step = stream.take()
+            if step is None:
+                continue
+            if step.finish_reason is not None:
+                del self._push[sid]
+            if sid in self._streams:  # else cancelled with abort off: consumed unsent
+                if step.finish_reason is not None:
+                    del self._streams[sid]
+                self._out.append(encode_frame(sid, step_to_frame(step)))
+
+    @property
+    def _active(self) -> bool:
+        return bool(self._tasks or self._push)
+
     async def _writer(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            # The streams one engine step woke all ran before this task: their frames go together.
+            # The streams one engine step advanced all ran before this task: their frames go together.
+            if self._ready:
+                self._take_ready()
             if self._out:
                 body = b"".join(self._out)
                 self._out.clear()
                 await self._send({"type": "http.response.body", "body": body, "more_body": True})
-            if self._drain is not None and self._drain.draining and not self._tasks:
+            if self._drain is not None and self._drain.draining and not self._active:
                 return
 
     async def _drain_watch(self) -> None:
         # A draining worker ends idle mux connections, so the server can close them.
-        while not (self._drain is not None and self._drain.draining and not self._tasks):
+        while not (self._drain is not None and self._drain.draining and not self._active):
             await asyncio.sleep(0.25)
         self._wake.set()
 
@@ -108,13 +148,20 @@ class MuxSession:
         if isinstance(result, tuple):
             self._emit(encode_refuse(message.sid, *result))
             return
-        self._streams[message.sid] = result
-        self._emit(encode_accept(message.sid))
-        self._tasks[message.sid] = asyncio.get_running_loop().create_task(self._pump(message.sid, result))
+        sid = message.sid
+        self._streams[sid] = result
+        self._emit(encode_accept(sid))
+        if hasattr(result, "listen") and hasattr(result, "take"):
+            push = cast(PushStream, result)
+            self._push[sid] = push
+            push.listen(lambda: self._on_ready(sid))
+        else:
+            self._tasks[sid] = asyncio.get_running_loop().create_task(self._pump(sid, result))
 
     async def _cancel(self, sid: int) -> None:
         stream = self._streams.pop(sid, None)
         if stream is not None and self._abort:
+            self._push.pop(sid, None)
             await stream.aclose()
 
     # -- the connection -----------------------------------------------------------------------------
@@ -164,6 +211,7 @@ class MuxSession:
         streams = list(self._streams.values())
         self._streams.clear()
         if self._abort:
+            self._push.clear()
             for stream in streams:
                 with contextlib.suppress(Exception):
                     await stream.aclose()

@@ -170,14 +170,14 @@ class MuxStepStream:
     def __init__(self, conn: _MuxConnection, sid: int) -> None:
         self._conn = conn
         self.sid = sid
-        self._frames: list[dict[str, Any]] = []
+        self._frames: list[dict[str, Any] | Step] = []  # frames, or steps of TOKENS messages
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._done = False
 
     # -- connection side ----------------------------------------------------------------------------
 
-    def _push(self, frame: dict[str, Any]) -> None:
+    def _push(self, frame: dict[str, Any] | Step) -> None:
         self._frames.append(frame)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -211,7 +211,7 @@ class MuxStepStream:
             raise StopAsyncIteration
         frames, self._frames = self._frames, []
         try:
-            steps = [frame_to_step(f) for f in frames]
+            steps = [f if type(f) is Step else frame_to_step(f) for f in frames]  # type: ignore[arg-type]
         except Exception:
             await self.aclose()
             raise
@@ -294,7 +294,7 @@ class _MuxConnection:
             if type(m) is tuple:
                 stream = streams.get(m[0])
                 if stream is not None:
-                    stream._push(m[1])
+                    stream._push(m[1] if len(m) == 2 else Step(m[1], m[2]))
             elif isinstance(m, Accepted):
                 fut = self._pending.pop(m.sid, None)
                 if fut is not None and not fut.done():

@@ -14,6 +14,8 @@ worker's. Each message is a msgpack array (concatenated, no other framing)::
     worker -> client   [ACCEPT, sid]                 the engine took the request (HTTP's 200)
                        [REFUSE, sid, status, error]  error {"type", "message"}; status as /generate's
                        [FRAME, sid, frame]           a step frame or an error frame (wire.step_to_frame)
+                       [TOKENS, sid, token_ids, text]  a step with nothing else (most of them): no
+                                                     map to build and decode per token
 
 `sid` is the client's stream number on this connection (unique while open). A stream ends with
 its frame that has a `finish_reason` or an `error`, or with REFUSE. The connection ending ends all
@@ -27,13 +29,14 @@ from typing import Any, TypeAlias
 
 import msgpack
 
-from agentserve.worker.wire import Frame, WireError
+from agentserve.worker.engine import Step
+from agentserve.worker.wire import Frame, WireError, step_to_frame
 
 MEDIA_TYPE = "application/x-agentserve-mux"
 PATH = "/generate/mux"
 
 OPEN, CANCEL = 0, 1
-ACCEPT, REFUSE, FRAME = 0, 1, 2
+ACCEPT, REFUSE, FRAME, TOKENS = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +64,9 @@ class Refused:
 
 
 ClientMessage: TypeAlias = Open | Cancel
-# Frames are the hot path: they come out as (sid, frame) tuples, not dataclasses.
-WorkerMessage: TypeAlias = Accepted | Refused | tuple[int, Frame]
+# Frames are the hot path: they come out as tuples, not dataclasses: (sid, frame) or
+# (sid, token_ids, text).
+WorkerMessage: TypeAlias = Accepted | Refused | tuple[int, Frame] | tuple[int, list[int], str]
 
 _pack = msgpack.Packer().pack
 
@@ -85,6 +89,13 @@ def encode_refuse(sid: int, status: int, kind: str, message: str) -> bytes:
 
 def encode_frame(sid: int, frame: Frame) -> bytes:
     return _pack([FRAME, sid, frame])  # type: ignore[no-any-return]
+
+
+def encode_step(sid: int, step: Step) -> bytes:
+    """A step as TOKENS when that is all it carries, else as a FRAME."""
+    if step.cached_tokens is None and step.finish_reason is None:
+        return _pack([TOKENS, sid, step.token_ids, step.text])  # type: ignore[no-any-return]
+    return _pack([FRAME, sid, step_to_frame(step)])  # type: ignore[no-any-return]
 
 
 def _sid(value: Any) -> int:
@@ -132,7 +143,9 @@ class WorkerMessageDecoder(_Decoder):
         out: list[WorkerMessage] = []
         for m in self._messages(data):
             kind = m[0]
-            if kind == FRAME and len(m) == 3 and isinstance(m[2], dict):
+            if kind == TOKENS and len(m) == 4 and isinstance(m[2], list) and isinstance(m[3], str):
+                out.append((_sid(m[1]), m[2], m[3]))
+            elif kind == FRAME and len(m) == 3 and isinstance(m[2], dict):
                 out.append((_sid(m[1]), m[2]))
             elif kind == ACCEPT and len(m) == 2:
                 out.append(Accepted(_sid(m[1])))
@@ -168,4 +181,5 @@ __all__ = [
     "encode_frame",
     "encode_open",
     "encode_refuse",
+    "encode_step",
 ]

@@ -27,8 +27,9 @@ from agentserve.worker.mux import (
     encode_accept,
     encode_frame,
     encode_refuse,
+    encode_step,
 )
-from agentserve.worker.wire import WireError, error_frame, step_to_frame
+from agentserve.worker.wire import WireError, error_frame
 
 log = logging.getLogger("agentserve.worker")
 
@@ -87,7 +88,7 @@ class MuxSession:
             if sid in self._streams:  # else cancelled with abort off: consumed unsent
                 if step.finish_reason is not None:
                     del self._streams[sid]
-                self._out.append(encode_frame(sid, step_to_frame(step)))
+                self._out.append(encode_step(sid, step))
 
     @property
     def _active(self) -> bool:
@@ -122,7 +123,7 @@ class MuxSession:
                 if sid not in self._streams:
                     gone = True  # cancelled with abort off: consume unsent to the end
                 if not gone:
-                    self._emit(encode_frame(sid, step_to_frame(step)))
+                    self._emit(encode_step(sid, step))
         except EngineError as exc:
             if sid in self._streams:
                 self._emit(encode_frame(sid, error_frame("engine_error", str(exc))))

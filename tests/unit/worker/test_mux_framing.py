@@ -78,3 +78,20 @@ def test_malformed_worker_messages_raise_wire_errors(raw: bytes) -> None:
 def test_chunk_is_http1_chunked_encoding() -> None:
     assert mux.chunk(b"hello") == b"5\r\nhello\r\n"
     assert mux.chunk(b"x" * 26) == b"1a\r\n" + b"x" * 26 + b"\r\n"
+
+
+def test_plain_steps_go_as_tokens_and_the_rest_as_frames() -> None:
+    from agentserve.conversation import Usage
+    from agentserve.worker.engine import Step
+
+    plain = Step([7, 8], "ab")
+    first = Step([1], "x", cached_tokens=16)
+    last = Step([2], "y", finish_reason="stop", usage=Usage(3, 2, 0))
+    data = b"".join(mux.encode_step(5, s) for s in (first, plain, last))
+    out = mux.WorkerMessageDecoder().feed(data)
+    assert out[1] == (5, [7, 8], "ab")  # no map for a plain step
+    assert out[0] == (5, {"token_ids": [1], "text": "x", "cached_tokens": 16})
+    frame = out[2][1]
+    assert isinstance(frame, dict) and frame["finish_reason"] == "stop"
+    assert frame["usage"] == {"input_tokens": 3, "output_tokens": 2, "cached_tokens": 0}
+    assert len(mux.encode_step(5, plain)) < len(mux.encode_frame(5, {"token_ids": [7, 8], "text": "ab"}))

@@ -170,14 +170,15 @@ class MuxStepStream:
     def __init__(self, conn: _MuxConnection, sid: int) -> None:
         self._conn = conn
         self.sid = sid
-        self._frames: list[dict[str, Any] | Step] = []  # frames, or steps of TOKENS messages
+        # Frames, or (token_ids, text) of TOKENS/STEPS messages.
+        self._frames: list[dict[str, Any] | tuple[list[int], str]] = []
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._done = False
 
     # -- connection side ----------------------------------------------------------------------------
 
-    def _push(self, frame: dict[str, Any] | Step) -> None:
+    def _push(self, frame: dict[str, Any] | tuple[list[int], str]) -> None:
         self._frames.append(frame)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -210,8 +211,14 @@ class MuxStepStream:
         if self._done:
             raise StopAsyncIteration
         frames, self._frames = self._frames, []
+        if len(frames) > 1 and all(type(f) is tuple for f in frames):
+            # Plain token messages only (the usual case): one merged step, no Step per token.
+            ids: list[int] = []
+            for f in frames:
+                ids += f[0]  # type: ignore[index]
+            return Step(ids, "".join(f[1] for f in frames))  # type: ignore[index]
         try:
-            steps = [f if type(f) is Step else frame_to_step(f) for f in frames]  # type: ignore[arg-type]
+            steps = [_to_step(f) for f in frames]
         except Exception:
             await self.aclose()
             raise
@@ -237,6 +244,12 @@ class MuxStepStream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _to_step(item: dict[str, Any] | tuple[list[int], str]) -> Step:
+    if type(item) is tuple:
+        return Step(item[0], item[1])
+    return frame_to_step(item)  # type: ignore[arg-type]
 
 
 class _MuxProtocol(_Connection):
@@ -294,7 +307,7 @@ class _MuxConnection:
             if type(m) is tuple:
                 stream = streams.get(m[0])
                 if stream is not None:
-                    stream._push(m[1] if len(m) == 2 else Step(m[1], m[2]))
+                    stream._push(m[1] if len(m) == 2 else (m[1], m[2]))
             elif isinstance(m, Accepted):
                 fut = self._pending.pop(m.sid, None)
                 if fut is not None and not fut.done():

@@ -16,6 +16,8 @@ worker's. Each message is a msgpack array (concatenated, no other framing)::
                        [FRAME, sid, frame]           a step frame or an error frame (wire.step_to_frame)
                        [TOKENS, sid, token_ids, text]  a step with nothing else (most of them): no
                                                      map to build and decode per token
+                       [STEPS, [sid, ...], [token_ids, ...], [text, ...]]  TOKENS of many streams
+                                                     (one engine step's, in one message)
 
 `sid` is the client's stream number on this connection (unique while open). A stream ends with
 its frame that has a `finish_reason` or an `error`, or with REFUSE. The connection ending ends all
@@ -36,7 +38,7 @@ MEDIA_TYPE = "application/x-agentserve-mux"
 PATH = "/generate/mux"
 
 OPEN, CANCEL = 0, 1
-ACCEPT, REFUSE, FRAME, TOKENS = 0, 1, 2, 3
+ACCEPT, REFUSE, FRAME, TOKENS, STEPS = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,16 @@ def encode_frame(sid: int, frame: Frame) -> bytes:
     return _pack([FRAME, sid, frame])  # type: ignore[no-any-return]
 
 
+def plain(step: Step) -> bool:
+    """The step carries tokens and text only (it can go in TOKENS or STEPS)."""
+    return step.cached_tokens is None and step.finish_reason is None
+
+
+def encode_steps(sids: list[int], token_ids: list[Any], texts: list[str]) -> bytes:
+    """Plain steps of several streams (the same length each list) as one STEPS message."""
+    return _pack([STEPS, sids, token_ids, texts])  # type: ignore[no-any-return]
+
+
 def encode_step(sid: int, step: Step) -> bytes:
     """A step as TOKENS when that is all it carries, else as a FRAME."""
     if step.cached_tokens is None and step.finish_reason is None:
@@ -143,7 +155,17 @@ class WorkerMessageDecoder(_Decoder):
         out: list[WorkerMessage] = []
         for m in self._messages(data):
             kind = m[0]
-            if kind == TOKENS and len(m) == 4 and isinstance(m[2], list) and isinstance(m[3], str):
+            if kind == STEPS and len(m) == 4:
+                sids, ids, texts = m[1], m[2], m[3]
+                if not (isinstance(sids, list) and isinstance(ids, list) and isinstance(texts, list)):
+                    raise WireError("a STEPS message is [4, [sid...], [token_ids...], [text...]]")
+                if not len(sids) == len(ids) == len(texts):
+                    raise WireError("a STEPS message's lists differ in length")
+                for sid, i, t in zip(sids, ids, texts, strict=True):
+                    if not isinstance(i, list) or not isinstance(t, str):
+                        raise WireError("a STEPS entry is token ids and a text")
+                    out.append((_sid(sid), i, t))
+            elif kind == TOKENS and len(m) == 4 and isinstance(m[2], list) and isinstance(m[3], str):
                 out.append((_sid(m[1]), m[2], m[3]))
             elif kind == FRAME and len(m) == 3 and isinstance(m[2], dict):
                 out.append((_sid(m[1]), m[2]))
@@ -182,4 +204,6 @@ __all__ = [
     "encode_open",
     "encode_refuse",
     "encode_step",
+    "encode_steps",
+    "plain",
 ]

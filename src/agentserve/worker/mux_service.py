@@ -28,6 +28,8 @@ from agentserve.worker.mux import (
     encode_frame,
     encode_refuse,
     encode_step,
+    encode_steps,
+    plain,
 )
 from agentserve.worker.wire import WireError, error_frame
 
@@ -76,6 +78,9 @@ class MuxSession:
 
     def _take_ready(self) -> None:
         ready, self._ready = self._ready, set()
+        sids: list[int] = []
+        ids: list[object] = []
+        texts: list[str] = []
         for sid in ready:
             stream = self._push.get(sid)
             if stream is None:
@@ -86,9 +91,18 @@ class MuxSession:
             if step.finish_reason is not None:
                 del self._push[sid]
             if sid in self._streams:  # else cancelled with abort off: consumed unsent
+                if plain(step):  # most steps: all of them go in one STEPS message
+                    sids.append(sid)
+                    ids.append(step.token_ids)
+                    texts.append(step.text)
+                    continue
                 if step.finish_reason is not None:
                     del self._streams[sid]
                 self._out.append(encode_step(sid, step))
+        if sids:
+            # A stream has at most one step per pass (`take` merges), and its ACCEPT went out
+            # before: the order of this pass's messages does not matter.
+            self._out.append(encode_steps(sids, ids, texts))
 
     @property
     def _active(self) -> bool:

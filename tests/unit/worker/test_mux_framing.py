@@ -95,3 +95,12 @@ def test_plain_steps_go_as_tokens_and_the_rest_as_frames() -> None:
     assert isinstance(frame, dict) and frame["finish_reason"] == "stop"
     assert frame["usage"] == {"input_tokens": 3, "output_tokens": 2, "cached_tokens": 0}
     assert len(mux.encode_step(5, plain)) < len(mux.encode_frame(5, {"token_ids": [7, 8], "text": "ab"}))
+
+
+def test_steps_messages_carry_many_streams_and_reject_ragged_lists() -> None:
+    data = mux.encode_steps([1, 4], [[10], [11, 12]], ["a", "bc"])
+    assert mux.WorkerMessageDecoder().feed(data) == [(1, [10], "a"), (4, [11, 12], "bc")]
+    with pytest.raises(WireError):
+        mux.WorkerMessageDecoder().feed(mux.encode_steps([1, 4], [[10]], ["a", "b"]))
+    with pytest.raises(WireError):
+        mux.WorkerMessageDecoder().feed(msgpack.packb([4, [1], [7], ["a"]]))  # ids not a list

@@ -48,6 +48,7 @@ from agentserve.worker.mux import (
 from agentserve.worker.mux import (
     Accepted,
     Refused,
+    Steps,
     WorkerMessageDecoder,
     chunk,
     encode_cancel,
@@ -304,7 +305,16 @@ class _MuxConnection:
             return
         streams = self._streams
         for m in messages:
-            if type(m) is tuple:
+            if type(m) is Steps:
+                # The per-token path: `_push` inlined (one engine step's plain steps, all streams).
+                for sid, ids, text in zip(m.sids, m.token_ids, m.texts):  # noqa: B905 - checked
+                    stream = streams.get(sid)
+                    if stream is not None:
+                        stream._frames.append((ids, text))
+                        waiter = stream._waiter
+                        if waiter is not None and not waiter.done():
+                            waiter.set_result(None)
+            elif type(m) is tuple:
                 stream = streams.get(m[0])
                 if stream is not None:
                     stream._push(m[1] if len(m) == 2 else (m[1], m[2]))

@@ -99,8 +99,12 @@ def test_plain_steps_go_as_tokens_and_the_rest_as_frames() -> None:
 
 def test_steps_messages_carry_many_streams_and_reject_ragged_lists() -> None:
     data = mux.encode_steps([1, 4], [[10], [11, 12]], ["a", "bc"])
-    assert mux.WorkerMessageDecoder().feed(data) == [(1, [10], "a"), (4, [11, 12], "bc")]
+    assert mux.WorkerMessageDecoder().feed(data) == [mux.Steps([1, 4], [[10], [11, 12]], ["a", "bc"])]
     with pytest.raises(WireError):
         mux.WorkerMessageDecoder().feed(mux.encode_steps([1, 4], [[10]], ["a", "b"]))
     with pytest.raises(WireError):
         mux.WorkerMessageDecoder().feed(msgpack.packb([4, [1], [7], ["a"]]))  # ids not a list
+    with pytest.raises(WireError):
+        mux.WorkerMessageDecoder().feed(msgpack.packb([4, [-1], [[7]], ["a"]]))  # negative sid
+    with pytest.raises(WireError):
+        mux.WorkerMessageDecoder().feed(msgpack.packb([4, [1], [[7]], [b"a"]]))  # text not a str

@@ -177,3 +177,40 @@ async def test_closing_a_stream_ends_a_read_pending_on_it(tokenizer: HFTokenizer
             await asyncio.wait_for(pending, 5)
         await _wait(lambda: engine.load().requests_aborted == 1)
         assert engine.load().requests_aborted == 1
+
+
+async def test_streams_without_push_mode_get_a_consumer_each(tokenizer: HFTokenizer) -> None:
+    """Engines whose streams only iterate (TensorRT-LLM's) go through the per-stream pump."""
+    from agentserve.worker.engines.sim import SimEngine
+
+    class PullOnly(SimEngine):
+        def generate(self, request):  # type: ignore[no-untyped-def]
+            inner = super().generate(request)
+
+            class Stream:  # no listen/take
+                def __aiter__(self):  # type: ignore[no-untyped-def]
+                    return self
+
+                async def __anext__(self):  # type: ignore[no-untyped-def]
+                    return await inner.__anext__()
+
+                async def aclose(self) -> None:
+                    await inner.aclose()
+
+            return Stream()
+
+    base = sim(tokenizer, speedup=50)
+    pull = PullOnly(base.config, tokenizer)
+    async with served(pull) as srv, WorkerClient(srv.url) as client:
+        results = await asyncio.gather(
+            *(steps_of(client, req(f"p{i}", prompt=[*PROMPT, i], max_tokens=30)) for i in range(8))
+        )
+        for steps in results:
+            usage = steps[-1].usage
+            assert usage is not None and usage.output_tokens == sum(len(s.token_ids) for s in steps)
+            assert steps[0].cached_tokens is not None
+        long = await client.generate(req("cancel-me", max_tokens=100_000, ignore_eos=True))
+        await long.__anext__()
+        await long.aclose()
+        await _wait(lambda: pull.load().requests_aborted == 1)
+        assert pull.load().requests_aborted == 1

@@ -61,7 +61,6 @@ class MuxSession:
         self._ready: set[int] = set()
         self._out: list[bytes] = []
         self._wake = asyncio.Event()
-        self._closed = False
 
     # -- output -------------------------------------------------------------------------------------
 
@@ -124,7 +123,9 @@ class MuxSession:
 
     async def _drain_watch(self) -> None:
         # A draining worker ends idle mux connections, so the server can close them.
-        while not (self._drain is not None and self._drain.draining and not self._active):
+        if self._drain is None:
+            return
+        while not (self._drain.draining and not self._active):
             await asyncio.sleep(0.25)
         self._wake.set()
 

@@ -212,6 +212,8 @@ class MuxStepStream:
         if self._done:
             raise StopAsyncIteration
         frames, self._frames = self._frames, []
+        if len(frames) == 1 and type(frames[0]) is tuple:
+            return Step(frames[0][0], frames[0][1])  # one plain step: the most common read
         if len(frames) > 1 and all(type(f) is tuple for f in frames):
             # Plain token messages only (the usual case): one merged step, no Step per token.
             ids: list[int] = []

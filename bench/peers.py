@@ -265,13 +265,22 @@ def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
 
 
 def start_agentserve(
-    model: Path, workers: int, processes: int, logs: Path, catch_up: float | None = None
+    model: Path,
+    workers: int,
+    processes: int,
+    logs: Path,
+    catch_up: float | None = None,
+    *,
+    transport: str = "mux",
 ) -> Stack:
+    """`transport`: the frontend's worker transport (mux: one connection per worker; http: one
+    response per request; the `agentserve-http` stack of `--with-http`)."""
     exe = str(Path(sys.executable).with_name("agentserve"))
     script = logs / "scenario.json"
     script.write_text(json.dumps({"rules": [], "default": "word " * 4000}))
     port = free_port()
-    stack = Stack("agentserve", f"http://{HOST}:{port}")
+    name = "agentserve" if transport == "mux" else f"agentserve-{transport}"
+    stack = Stack(name, f"http://{HOST}:{port}")
     urls = []
     for i in range(workers):
         wport, kport = free_port(), free_port()
@@ -280,7 +289,7 @@ def start_agentserve(
         cmd += ["--port", str(wport), "--kv-events-port", str(kport)]
         if catch_up is not None:
             cmd += ["--sim-catch-up-s", str(catch_up)]
-        stack.procs.append(_spawn(cmd, logs / f"agentserve-worker-{i}.log"))
+        stack.procs.append(_spawn(cmd, logs / f"{name}-worker-{i}.log"))
         urls.append(f"http://{HOST}:{wport}")
     cmd = [exe, "frontend", "--model", MODEL, "--model-path", str(model), "--family", "qwen3"]
     cmd += ["--host", HOST, "--port", str(port), "--ping-interval-s", "0"]
@@ -290,7 +299,8 @@ def start_agentserve(
         url, redis = _redis(logs)
         stack.procs.append(redis)  # its CPU is the stack's too
         cmd += ["--processes", str(processes), "--state-url", url]
-    stack.procs.append(_spawn(cmd, logs / "agentserve-frontend.log"))
+    env = {**os.environ, "AGENTSERVE_WORKER_TRANSPORT": transport}
+    stack.procs.append(_spawn(cmd, logs / f"{name}-frontend.log", env))
     _wait(stack, lambda: _get(stack.url + "/ready")[0] == 200)
     return stack
 
@@ -581,6 +591,11 @@ def main() -> None:
         help="agentserve workers' catch-up (0: one loop hop per iteration, per-token frames like the mocker)",
     )
     ap.add_argument("--only", choices=("agentserve", "dynamo"), default=None, help="one stack")
+    ap.add_argument(
+        "--with-http",
+        action="store_true",
+        help="a third stack, agentserve-http: the frontend's per-request worker transport (no mux)",
+    )
     ap.add_argument("--plot", default=str(ROOT / "bench" / "results" / "peers.png"))
     args = ap.parse_args()
     streams = [int(s) for s in (args.streams or ("64,256" if args.quick else "1,64,256")).split(",")]
@@ -588,6 +603,8 @@ def main() -> None:
     n_rounds = args.rounds or (1 if args.quick else 3)
     window = args.window or (3.0 if args.quick else 6.0)
     stacks = [args.only] if args.only else ["agentserve", "dynamo"]
+    if args.with_http:
+        stacks.insert(1, "agentserve-http")
 
     logs = Path(tempfile.mkdtemp(prefix="peers-"))
     model = model_dir(logs)
@@ -599,6 +616,10 @@ def main() -> None:
         if "agentserve" in stacks:
             running["agentserve"] = start_agentserve(
                 model, args.workers, args.processes, logs, args.sim_catch_up_s
+            )
+        if "agentserve-http" in stacks:
+            running["agentserve-http"] = start_agentserve(
+                model, args.workers, args.processes, logs, args.sim_catch_up_s, transport="http"
             )
         results: dict[tuple[str, str, int], list[Point]] = {}
         loop = new_loop()

@@ -5,6 +5,8 @@ Routes:
 - `POST /generate` — body and frames in `agentserve.worker.wire`; the response framing follows the
   `Accept` header. When the caller disconnects the engine request is aborted (unless
   `request_abort` is off, then it runs to completion unread).
+- `POST /generate/mux` — many generate streams on one connection, a step's frames for all of them
+  in one write (`agentserve.worker.mux`; the frontend's default transport).
 - `GET /health` — the process is up (liveness). `GET /ready` — the model is loaded (503 before).
 - `GET /metrics` — Prometheus text: running/waiting requests, KV usage, prefix hit rate, tokens/s.
 - `GET /kv/snapshot` — every stored block hash and the sequence number it reflects, for a KV event
@@ -44,6 +46,8 @@ from agentserve.worker.engine import (
     InvalidRequestError,
     StepStream,
 )
+from agentserve.worker.mux import PATH
+from agentserve.worker.mux_service import MuxSession
 from agentserve.worker.publisher import KvEventPublisher
 from agentserve.worker.wire import (
     MEDIA_TYPES,
@@ -256,24 +260,52 @@ def create_app(
             if not message.get("more_body", False):
                 break
         try:
-            req = decode_request(decode_body(headers.get("content-type"), bytes(body)))
+            data = decode_body(headers.get("content-type"), bytes(body))
         except WireError as exc:
             return error_response(400, "invalid_request", str(exc))
+        opened = open_stream(data)
+        if len(opened) == 3:
+            return error_response(*opened)
+        stream, request_id = opened
+        framing = framing_for_accept(headers.get("accept"))
+        await _stream_steps(stream, framing, request_id, abort=request_abort, receive=receive, send=send)
+        return None
+
+    def open_stream(data: object) -> tuple[StepStream, str] | tuple[int, str, str]:
+        """A decoded /generate body's engine stream and request id, or (status, kind, message)."""
+        if drain is not None and drain.draining:
+            return 503, "not_ready", "the worker is draining (shutting down)"
+        if not engine.ready:
+            return 503, "not_ready", start_error[0] if start_error else "the model is loading"
+        try:
+            req = decode_request(data)
+        except WireError as exc:
+            return 400, "invalid_request", str(exc)
         if not req.request_id:
             req = replace(req, request_id=uuid.uuid4().hex)
-        framing = framing_for_accept(headers.get("accept"))
         try:
-            stream = engine.generate(req)
+            return engine.generate(req), req.request_id
         except InvalidRequestError as exc:
-            return error_response(400, "invalid_request", str(exc))
+            return 400, "invalid_request", str(exc)
         except DuplicateRequestError as exc:
-            return error_response(409, "duplicate_request", str(exc))
+            return 409, "duplicate_request", str(exc)
         except EngineNotReadyError as exc:
-            return error_response(503, "not_ready", str(exc))
+            return 503, "not_ready", str(exc)
         except EngineError as exc:
-            return error_response(500, "engine_error", str(exc))
-        await _stream_steps(stream, framing, req.request_id, abort=request_abort, receive=receive, send=send)
-        return None
+            return 500, "engine_error", str(exc)
+
+    def open_mux(data: object) -> StepStream | tuple[int, str, str]:
+        opened = open_stream(data)
+        return opened if len(opened) == 3 else opened[0]
+
+    async def generate_mux(scope: Scope, receive: Receive, send: Send) -> None:
+        """POST /generate/mux: many streams on this connection (agentserve.worker.mux)."""
+        if drain is not None and drain.draining:
+            await error_response(503, "not_ready", "the worker is draining (shutting down)")(
+                scope, receive, send
+            )
+            return
+        await MuxSession(open_mux, send, abort=request_abort, drain=drain).run(receive)
 
     async def health(request: Request) -> Response:
         # An engine that knows it is dead (the TensorRT-LLM executor failed) fails liveness, so the
@@ -353,7 +385,12 @@ def create_app(
     )
 
     async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/generate" and scope["method"] == "POST":
+        if scope["type"] == "http" and scope["path"] == PATH and scope["method"] == "POST":
+            try:
+                await generate_mux(scope, receive, send)
+            except Exception:
+                log.exception("generate/mux failed")
+        elif scope["type"] == "http" and scope["path"] == "/generate" and scope["method"] == "POST":
             try:
                 await generate(scope, receive, send)
             except Exception:  # never a traceback to the caller; a 500 if nothing was sent yet

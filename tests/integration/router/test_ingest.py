@@ -53,7 +53,7 @@ class DropsOne(KvEventPublisher):
     """A publisher that loses its `n`-th message, as a PUB socket past its high-water mark does."""
 
     def __init__(self, endpoint: str, n: int) -> None:
-        super().__init__(endpoint)
+        super().__init__(endpoint, coalesce_s=0)  # a message per engine step: `n` counts steps
         self.n = n
         self.calls = 0
 

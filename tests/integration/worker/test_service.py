@@ -93,7 +93,7 @@ async def test_scripted_output_is_byte_exact_over_http(tokenizer: HFTokenizer) -
 
 async def test_caller_disconnect_aborts_the_engine_request(tokenizer: HFTokenizer) -> None:
     engine = sim(tokenizer, speedup=50)
-    async with served(engine) as srv, WorkerClient(srv.url) as client:
+    async with served(engine) as srv, WorkerClient(srv.url, transport="http") as client:
         stream = await client.generate(req("long", max_tokens=100_000, ignore_eos=True))
         first = await stream.__anext__()
         assert first.token_ids
@@ -136,7 +136,7 @@ async def test_disconnect_of_a_queued_request_aborts_it_too(tokenizer: HFTokeniz
 
 async def test_without_request_abort_the_engine_finishes_unread_requests(tokenizer: HFTokenizer) -> None:
     engine = sim(tokenizer, speedup=200)
-    async with served(engine, request_abort=False) as srv, WorkerClient(srv.url) as client:
+    async with served(engine, request_abort=False) as srv, WorkerClient(srv.url, transport="http") as client:
         stream = await client.generate(req("a", max_tokens=60, ignore_eos=True))
         await stream.__anext__()
         await stream.aclose()
@@ -314,3 +314,31 @@ async def test_msgpack_request_bodies_are_accepted_raw(tokenizer: HFTokenizer) -
         assert r.headers["content-type"] == "application/x-ndjson"
         assert r.headers["x-request-id"]
         assert lines[-1]["finish_reason"] == "length" and lines[-1]["usage"]["output_tokens"] == 3
+
+
+async def test_the_publisher_coalesces_per_step_batches_into_fewer_messages() -> None:
+    from agentserve.worker.events import EventHub
+
+    publisher = KvEventPublisher("tcp://127.0.0.1:0", coalesce_s=0.05, heartbeat_s=None)
+    ctx = zmq.asyncio.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"kv")
+    sub.connect(publisher.endpoint)
+    await asyncio.sleep(0.3)
+    hub = EventHub()
+    task = asyncio.create_task(publisher.run(hub.subscribe()))
+    try:
+        for seq in range(1, 21):  # 20 engine steps, one batch each, a loop pass apart
+            hub.publish([BlockStored(seq, (seq,), None, BS)])
+            await asyncio.sleep(0)
+        received: list[KvEvent] = []
+        while len(received) < 20:
+            received += decode_batch(await asyncio.wait_for(sub.recv_multipart(), 5))
+        assert [e.seq for e in received] == list(range(1, 21))  # every event, in order
+        assert publisher.events_published == 20 and publisher.messages_published < 5
+    finally:
+        hub.close()
+        await task
+        publisher.close()
+        sub.close(0)
+        ctx.term()

@@ -19,6 +19,15 @@ class Served:
     url: str
     engine: Engine
     publisher: KvEventPublisher | None
+    server: uvicorn.Server | None = None
+
+    def cut_connections(self) -> int:
+        """Abort every client connection the server holds (a worker dying, seen from the network)."""
+        assert self.server is not None
+        conns = list(self.server.server_state.connections)
+        for conn in conns:
+            conn.transport.abort()  # type: ignore[attr-defined]
+        return len(conns)
 
 
 @contextlib.asynccontextmanager
@@ -35,7 +44,7 @@ async def served(
             await asyncio.sleep(0.01)
         assert server.started, "uvicorn did not start"
         port = server.servers[0].sockets[0].getsockname()[1]
-        yield Served(f"http://127.0.0.1:{port}", engine, publisher)
+        yield Served(f"http://127.0.0.1:{port}", engine, publisher, server)
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)

@@ -310,3 +310,36 @@ async def test_a_migrated_request_without_hints_continues_the_same_output(k: int
         assert [t for s in rest for t in s.token_ids] == ids[k:]
     finally:
         await eng.stop()
+
+
+async def test_push_mode_takes_the_same_steps_as_iteration(tokenizer: HFTokenizer) -> None:
+    """`listen`/`take` (the worker's mux connection) give what `async for` gives, merged per take."""
+    sim = engine(tokenizer)
+    await sim.start()
+    try:
+        pulled = await collect(sim.generate(req("pull", max_tokens=40)))
+        stream = sim.generate(req("push", max_tokens=40))
+        calls = 0
+        done = asyncio.Event()
+        taken: list[Step] = []
+
+        def ready() -> None:
+            nonlocal calls
+            calls += 1
+            step = stream.take()
+            if step is not None:
+                taken.append(step)
+                if step.finish_reason is not None:
+                    done.set()
+
+        stream.listen(ready)
+        await asyncio.wait_for(done.wait(), 10)
+        assert stream.take() is None  # the stream ended: nothing more
+        assert "".join(s.text for s in taken) == "".join(s.text for s in pulled)
+        assert sum(len(s.token_ids) for s in taken) == sum(len(s.token_ids) for s in pulled)
+        assert calls >= len(taken) and taken[0].cached_tokens is not None
+        pushed_usage, pulled_usage = taken[-1].usage, pulled[-1].usage
+        assert pushed_usage is not None and pulled_usage is not None
+        assert pushed_usage.output_tokens == pulled_usage.output_tokens
+    finally:
+        await sim.stop()

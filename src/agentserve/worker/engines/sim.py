@@ -73,6 +73,7 @@ class _SimStream:
         "_engine",
         "_finish",
         "_ids",
+        "_listener",
         "_texts",
         "_usage",
         "_waiter",
@@ -90,6 +91,7 @@ class _SimStream:
         self._finish: FinishReason | None = None
         self._usage: Usage | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._listener: Callable[[], None] | None = None
         self._closed = False  # the last step was handed out, or the consumer closed
 
     # -- engine side ------------------------------------------------------------------------------
@@ -108,11 +110,28 @@ class _SimStream:
             self._wake()
 
     def _wake(self) -> None:
+        listener = self._listener
+        if listener is not None:
+            listener()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     # -- consumer side ----------------------------------------------------------------------------
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Push mode, instead of iterating: `listener` is called when a step may be ready and the
+        consumer `take`s it (the worker's mux connection: no task wake-up per stream per step)."""
+        self._listener = listener
+        if self._ids or self._finish is not None:
+            listener()
+
+    def take(self) -> Step | None:
+        """The merged step ready now, or None (nothing yet, or the stream ended)."""
+        if self._closed or (not self._ids and self._finish is None):
+            return None
+        return self._merged()
 
     def __aiter__(self) -> _SimStream:
         return self
@@ -128,6 +147,9 @@ class _SimStream:
                 self._waiter = None
         if self._closed:
             raise StopAsyncIteration
+        return self._merged()
+
+    def _merged(self) -> Step:
         ids, self._ids = self._ids, []
         texts, self._texts = self._texts, []
         cached, self._cached = self._cached, None

@@ -42,7 +42,10 @@ class Turnstile:
         fut: asyncio.Future[None] = loop.create_future()
         self._waiting.append(fut)
         if not self._scheduled:
+            # From idle, the first pass counts from now: the time spent idle is no share to spend
+            # (a burst after a quiet spell would otherwise pass `max_per_pass` at once).
             self._scheduled = True
+            self._last = loop.time()
             loop.call_soon(self._release)
         return fut
 

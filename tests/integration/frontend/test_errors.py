@@ -228,7 +228,11 @@ class BrokenEngine(DyingEngine):
 
 
 def engine(scenario: str, speedup: float) -> Any:
-    config = WorkerConfig.model_validate({"family": "qwen3", "sim_script": scenario, "sim_speedup": speedup})
+    # No catch-up: a late sim on a loaded machine merges steps, and the whole output could arrive
+    # before the dying engine's third step.
+    config = WorkerConfig.model_validate(
+        {"family": "qwen3", "sim_script": scenario, "sim_speedup": speedup, "sim_catch_up_s": 0}
+    )
     return build_engine(config)
 
 

@@ -36,7 +36,7 @@ from agentserve.frontend.retention import AGENT, RetentionInputs, RetentionPolic
 from agentserve.prompt.hashing import block_hashes
 from agentserve.worker.kvpool import KvPool
 from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence
-from agentserve.worker.timing import DEFAULT_TIMING
+from agentserve.worker.profiles import default_timing
 
 BLOCK = 32
 VOCAB = 150_000
@@ -96,7 +96,7 @@ def run(
     pools = [KvPool(gpu_blocks, BLOCK, host_blocks) for _ in range(trace.workers)]
     scheds = [Scheduler(p, config) for p in pools]
     clocks = [0.0] * trace.workers
-    timing = DEFAULT_TIMING
+    timing = default_timing()
     sessions: list[Session] = []
     arrivals: list[tuple[float, int]] = []
     for sid in range(trace.sessions):

@@ -50,7 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from agentserve.config import WorkerConfig  # noqa: E402
-from agentserve.worker.timing import DEFAULT_TIMING, StepWork  # noqa: E402
+from agentserve.worker.profiles import default_timing
+from agentserve.worker.timing import StepWork  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MODEL = "qwen3-sim"
@@ -331,7 +332,7 @@ def prefill_seconds(prompt_tokens: int, cached: int, speedup: float) -> float:
     total = 0.0
     while start < prompt_tokens:
         n = min(chunk, prompt_tokens - start)
-        total += DEFAULT_TIMING.step_seconds(StepWork(prefill=((start, n),)))
+        total += default_timing().step_seconds(StepWork(prefill=((start, n),)))
         start += n
     return total / speedup if speedup > 0 else 0.0
 
@@ -410,7 +411,7 @@ def main() -> int:
     summary = summarize(turns, {mode: r[1] for mode, r in runs.items()}, args.speedup)
 
     print(
-        f"\nsim timing: {DEFAULT_TIMING.name}, speed-up {args.speedup:g}; "
+        f"\nsim timing: {default_timing().name}, speed-up {args.speedup:g}; "
         f"{args.conversations} new conversations per mode (first turn each)\n"
     )
     print(

@@ -286,6 +286,12 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from agentserve.profiler.command import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentserve import __version__
 
@@ -452,6 +458,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_flags(p, RouterConfig)
     p.set_defaults(handler=_cmd_component)
+
+    from agentserve.profiler.command import add_arguments as add_profile_arguments
+
+    p = sub.add_parser(
+        "profile",
+        help="measure a running worker and write its engine profile (the timing model the sim, planner "
+        "and router predict with)",
+        description="Sweeps prompt length, cached prefix, batch size and context and a prefill chunk "
+        "under decode load through the worker API of any engine, fits the timing model, writes the "
+        "profile YAML and prints measured vs modelled. --refit refits a profile's measurements; "
+        "--show prints them against its model. See docs/worker.md, Engine profiles.",
+    )
+    add_profile_arguments(p)
+    p.set_defaults(handler=_cmd_profile)
     return parser
 
 

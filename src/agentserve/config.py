@@ -205,6 +205,11 @@ class UpConfig(FrontendConfig):
     sim_speedup: float = Field(
         1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
     )
+    sim_profile: str = Field(
+        "b200-qwen3-30b-a3b-estimate",
+        description="engine profile the sim's timing follows: a shipped name (h200-qwen3-30b-a3b-pytorch, "
+        "measured; b200-qwen3-30b-a3b-estimate) or a profile YAML file (agentserve profile writes one)",
+    )
     sim_kv_blocks: int = Field(32768, ge=1, description="KV cache size of each sim worker, in blocks")
     sim_host_kv_blocks: int = Field(
         0, ge=0, description="host-tier KV blocks of each sim worker (0: no host tier)"
@@ -297,6 +302,11 @@ class WorkerConfig(_Config):
     )
     sim_speedup: float = Field(
         1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
+    )
+    sim_profile: str = Field(
+        "b200-qwen3-30b-a3b-estimate",
+        description="engine profile the sim's timing follows: a shipped name (h200-qwen3-30b-a3b-pytorch, "
+        "measured; b200-qwen3-30b-a3b-estimate) or a profile YAML file (agentserve profile writes one)",
     )
     sim_catch_up_s: float = Field(
         0.05,

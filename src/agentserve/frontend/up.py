@@ -90,6 +90,7 @@ def sim_engines(config: UpConfig, pipeline: PromptPipeline) -> dict[str, Engine]
             "sim_host_kv_blocks": config.sim_host_kv_blocks,
             "kv_retention": config.kv_retention,
             "sim_speedup": config.sim_speedup,
+            "sim_profile": config.sim_profile,
             "sim_script": config.script,
         }
     )

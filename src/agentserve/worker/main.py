@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from agentserve.config import ConfigError, WorkerConfig
 from agentserve.worker.engine import Engine
 from agentserve.worker.engines.sim import SimConfig, SimEngine
 from agentserve.worker.outputs import EchoPolicy, OutputPolicy, ScenarioError, ScriptPolicy, raw_format_for
+from agentserve.worker.profiles import ProfileError, load_profile
 from agentserve.worker.scheduler import SchedulerConfig
+from agentserve.worker.timing import TimingModel
 from agentserve.worker.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("agentserve.worker")
@@ -43,6 +46,29 @@ def build_policy(config: WorkerConfig, tokenizer: Tokenizer) -> OutputPolicy:
     return script
 
 
+def sim_timing(profile: str) -> TimingModel:
+    try:
+        return load_profile(profile).timing
+    except ProfileError as exc:
+        raise ConfigError(f"sim_profile: {exc}") from exc
+
+
+def engine_facts(config: WorkerConfig) -> dict[str, object]:
+    """What a client measuring this engine needs to know (GET /info; `agentserve profile`)."""
+    facts: dict[str, object] = {
+        "max_num_tokens": config.max_num_tokens,
+        "max_batch_size": config.max_batch_size,
+        "chunked_prefill": config.enable_chunked_prefill,
+        "time_scale": 1.0,
+    }
+    if config.engine == "sim":
+        # Simulated seconds per wall second; 0: the sim does not wait (nothing to measure).
+        speedup = config.sim_speedup
+        facts["time_scale"] = 0.0 if math.isinf(speedup) else speedup
+        facts["sim_profile"] = config.sim_profile
+    return facts
+
+
 def build_engine(config: WorkerConfig) -> Engine:
     if config.engine == "trtllm":
         from agentserve.worker.engines.trtllm import TrtLlmEngine
@@ -69,6 +95,7 @@ def build_engine(config: WorkerConfig) -> Engine:
         ),
         speedup=config.sim_speedup,
         catch_up_s=config.sim_catch_up_s,
+        timing=sim_timing(config.sim_profile),
     )
     policy = build_policy(config, tokenizer)
     if config.sim_dp_ranks > 1:
@@ -95,6 +122,7 @@ async def serve(config: WorkerConfig) -> None:
         publisher=publisher,
         request_abort=config.request_abort,
         drain=drain,
+        facts=engine_facts(config),
     )
     server = draining_server(
         app, config.host, config.port, drain, delay_s=config.drain_delay_s, grace_s=config.drain_grace_s

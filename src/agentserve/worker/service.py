@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, replace
 
@@ -184,13 +184,16 @@ def create_app(
     request_abort: bool = True,
     rate_interval_s: float = 1.0,
     drain: DrainState | None = None,
+    facts: Mapping[str, object] | None = None,
 ) -> ASGIApp:
     """The worker app; its lifespan starts the engine (in the background: /health answers while a
-    real model loads) and the KV event publisher, and stops both."""
+    real model loads) and the KV event publisher, and stops both. `facts` (scheduler limits, the
+    sim's clock) go out on /info for clients that measure the engine (`agentserve profile`)."""
     registry = CollectorRegistry(auto_describe=True)
     rate = _Rate()
     registry.register(_EngineCollector(engine, model, publisher, rate))
     start_error: list[str] = []
+    load_seconds: list[float] = []  # how long the engine took to start (model load), once started
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -200,8 +203,10 @@ def create_app(
             tasks.append(asyncio.create_task(publisher.run(engine.kv_events()), name="kv-publisher"))
 
         async def start() -> None:
+            began = time.monotonic()
             try:
                 await engine.start()
+                load_seconds.append(time.monotonic() - began)
             except Exception as exc:
                 start_error.append(f"{type(exc).__name__}: {exc}")
                 log.exception("engine failed to start")
@@ -364,6 +369,8 @@ def create_app(
                 "kv_events_topic": publisher.topic.decode() if publisher is not None else None,
                 # Attention-DP ranks, each with its own KV event stream (topic `<topic>/<rank>`).
                 "dp_ranks": getattr(engine, "dp_ranks", 1),
+                "load_seconds": load_seconds[0] if load_seconds else None,
+                **(facts or {}),
             }
         )
 

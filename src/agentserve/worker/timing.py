@@ -1,25 +1,29 @@
-"""How long one batch iteration of the simulated engine takes (pure arithmetic).
+"""How long one batch iteration of an engine takes (pure arithmetic): the performance model.
 
 One iteration runs prefill chunks and decode tokens together (continuous batching with chunked
 prefill). Its time is a sum of terms, each non-decreasing in its inputs:
 
-    t = base                                   weights read + launch, paid once per iteration
-      + decode_per_seq     × decoding sequences (MoE experts touched, sampling)
-      + kv_read_per_token  × Σ context of decoding sequences (attention reads the KV cache)
-      + prefill_per_token  × prefill tokens (GEMMs: 2 × active parameters FLOPs per token)
-      + prefill_attn       × Σ over prefill tokens of their context (quadratic attention)
+    t = base                     fixed per iteration: dense weights read, graph launch, sampling
+      + moe_expert × experts touched by the iteration's T tokens, E × (1 − (1 − k/E)^T)
+                                 (uniform routing: a batch of 1 reads k experts, a large batch all E)
+      + decode_per_seq × decoding sequences + prefill_per_token × prefill tokens  (per-token GEMMs)
+      + kv_read × Σ context of decoding sequences (decode attention reads the KV cache)
+      + prefill_attn × Σ over prefill tokens of their context (quadratic attention)
+      + mixed_step if the iteration prefills and decodes together
+      + onboard tokens × KV bytes per token / host → GPU bandwidth (host KV tier)
 
-`QWEN3_30B_A3B_B200` gives the default coefficients. They are first-principles estimates, not
-measurements: model facts from the Qwen/Qwen3-30B-A3B `config.json` (48 layers, 4 KV heads × 128
-head dim, 32 query heads, 3.3 B active of 30.5 B parameters, BF16) and B200 datasheet figures (about
-8 TB/s HBM3e, 2.25 PFLOPS dense BF16), with assumed efficiencies (70 % of bandwidth, 20 % of peak
-FLOPS for MoE prefill, 40 % for attention). docs/worker.md shows the arithmetic.
+and an iteration that prefills takes at least `prefill_floor` (engines replay CUDA graphs for
+decode-only iterations; one with a prefill chunk is launched kernel by kernel, which the CPU bounds).
+
+A model is one record of a *profile* (`agentserve.worker.profiles`): measured by `agentserve profile`
+or shipped (`h200-qwen3-30b-a3b-pytorch` from measurements, `b200-qwen3-30b-a3b-estimate` from
+datasheets). docs/worker.md ("Timing model") shows both against the measurements.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,15 +42,61 @@ class StepWork:
 
 @dataclass(frozen=True, slots=True)
 class TimingModel:
+    """The coefficients of the iteration time (module docstring); seconds unless named otherwise."""
+
     name: str
     base_s: float
     decode_per_seq_s: float
     kv_read_per_token_s: float
     prefill_per_token_s: float
     prefill_attn_per_token_ctx_s: float
-    kv_bytes_per_token: int  # for sizing the default KV pool
-    # Host -> GPU copy bandwidth for KV blocks brought back from the host tier.
+    kv_bytes_per_token: int  # for sizing the default KV pool and host-tier copies
+    # Host -> GPU copy bandwidth for KV blocks brought back from the host tier (pinned memory).
     host_to_gpu_bytes_per_s: float = 50e9
+    gpu_to_host_bytes_per_s: float = 50e9
+    # Mixture of experts: routed experts per layer, experts per token, and the cost of reading one
+    # expert's weights in every layer once per iteration. 0 experts: no MoE term (dense, or folded
+    # into the linear terms as the estimate does).
+    moe_experts: int = 0
+    moe_active_experts: int = 0
+    moe_expert_s: float = 0.0
+    mixed_step_s: float = 0.0  # extra cost of an iteration with both prefill and decode work
+    prefill_floor_s: float = 0.0  # least time of an iteration that prefills (launch bound)
+    model_load_s: float = 0.0  # process start to ready: weights, graphs (an engine starting up)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (int, float)) and value < 0:
+                raise ValueError(f"timing model {self.name!r}: {f.name} must not be negative ({value})")
+        if self.moe_experts and not 0 < self.moe_active_experts <= self.moe_experts:
+            raise ValueError(
+                f"timing model {self.name!r}: moe_active_experts must be in 1..moe_experts "
+                f"({self.moe_active_experts} of {self.moe_experts})"
+            )
+        if self.host_to_gpu_bytes_per_s <= 0 or self.gpu_to_host_bytes_per_s <= 0:
+            raise ValueError(f"timing model {self.name!r}: copy bandwidths must be positive")
+
+    def experts_touched(self, tokens: int) -> float:
+        """Expected experts per layer that `tokens` tokens route to (uniform top-k routing)."""
+        if not self.moe_experts or tokens <= 0:
+            return 0.0
+        return self.moe_experts * (1.0 - (1.0 - self.moe_active_experts / self.moe_experts) ** tokens)
+
+    def terms(self, work: StepWork) -> dict[str, float]:
+        """The iteration's inputs to each linear coefficient (what a fit regresses on)."""
+        prefill_tokens = sum(n for _, n in work.prefill)
+        # Σ_{i<n} (start + i) = n·start + n(n-1)/2: each new token attends to all before it.
+        pairs = sum(n * start + n * (n - 1) / 2 for start, n in work.prefill)
+        return {
+            "base_s": 1.0,
+            "moe_expert_s": self.experts_touched(prefill_tokens + len(work.decode)),
+            "decode_per_seq_s": float(len(work.decode)),
+            "kv_read_per_token_s": float(sum(work.decode)),
+            "prefill_per_token_s": float(prefill_tokens),
+            "prefill_attn_per_token_ctx_s": float(pairs),
+            "mixed_step_s": 1.0 if work.prefill and work.decode else 0.0,
+        }
 
     def step_seconds(self, work: StepWork) -> float:
         if work.empty:
@@ -54,34 +104,32 @@ class TimingModel:
         t = self.base_s
         if work.onboard_tokens:
             t += work.onboard_tokens * self.kv_bytes_per_token / self.host_to_gpu_bytes_per_s
-        if work.decode:
-            t += self.decode_per_seq_s * len(work.decode) + self.kv_read_per_token_s * sum(work.decode)
-        for start, n in work.prefill:
-            # Σ_{i<n} (start + i) = n·start + n(n-1)/2: each new token attends to all before it.
-            t += self.prefill_per_token_s * n + self.prefill_attn_per_token_ctx_s * (
-                n * start + n * (n - 1) / 2
-            )
+        decode = work.decode
+        prefill_tokens = 0
+        if work.prefill:
+            for start, n in work.prefill:
+                prefill_tokens += n
+                t += self.prefill_per_token_s * n + self.prefill_attn_per_token_ctx_s * (
+                    n * start + n * (n - 1) / 2
+                )
+            if decode:
+                t += self.mixed_step_s
+        if decode:
+            t += self.decode_per_seq_s * len(decode) + self.kv_read_per_token_s * sum(decode)
+        if self.moe_experts:
+            t += self.moe_expert_s * self.experts_touched(prefill_tokens + len(decode))
+        if work.prefill and t < self.prefill_floor_s:
+            return self.prefill_floor_s
         return t
 
 
-QWEN3_30B_A3B_B200 = TimingModel(
-    name="Qwen3-30B-A3B BF16 on one B200 (estimate)",
-    # ~6.6 GB of active weights at batch 1 → 0.8 ms at line rate; kernels, launch, MoE routing and
-    # sampling overheads bring a single-stream step to ~4 ms (~250 tokens/s).
-    base_s=4.0e-3,
-    # Larger batches touch more of the 128 experts (61 GB at saturation → ~8 ms more at 256).
-    decode_per_seq_s=25e-6,
-    # 96 KiB of KV per token (2 × 48 layers × 4 heads × 128 dim × 2 bytes) / (8 TB/s × 0.7).
-    kv_read_per_token_s=17.6e-9,
-    # 2 × 3.3 G FLOPs per token / (2.25 PFLOPS × 0.2).
-    prefill_per_token_s=15e-6,
-    # 4 × 48 layers × 32 heads × 128 dim FLOPs per (token, context token) / (2.25 PFLOPS × 0.4).
-    prefill_attn_per_token_ctx_s=0.87e-9,
-    kv_bytes_per_token=2 * 48 * 4 * 128 * 2,
-    # B200 (HGX) sits on PCIe Gen5 x16 to its host: 64 GB/s per direction, ~50 GB/s achieved for
-    # large pinned copies (GB200's NVLink-C2C would give ~450 GB/s per direction). 96 KiB/token →
-    # ~2 µs per token, against ~15 µs+ to recompute it.
-    host_to_gpu_bytes_per_s=50e9,
+# The coefficients a fit estimates, in the order of `TimingModel.terms`.
+LINEAR_TERMS: tuple[str, ...] = (
+    "base_s",
+    "moe_expert_s",
+    "decode_per_seq_s",
+    "kv_read_per_token_s",
+    "prefill_per_token_s",
+    "prefill_attn_per_token_ctx_s",
+    "mixed_step_s",
 )
-
-DEFAULT_TIMING = QWEN3_30B_A3B_B200

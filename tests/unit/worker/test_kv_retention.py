@@ -14,7 +14,8 @@ from agentserve.worker.engine import (
 from agentserve.worker.kvpool import KvPool, block_retentions
 from agentserve.worker.kvwire import KvWireError, decode_batch, encode_batch
 from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence
-from agentserve.worker.timing import DEFAULT_TIMING, StepWork
+from agentserve.worker.profiles import default_timing
+from agentserve.worker.timing import StepWork
 
 BS = 4
 
@@ -136,9 +137,9 @@ def test_scheduler_counts_host_hits_as_cached_and_prices_the_transfer() -> None:
     seq = outcome.started[0]
     assert seq.cached_tokens == 24 and seq.host_tokens > 0
     assert outcome.work.onboard_tokens == seq.host_tokens
-    with_copy = DEFAULT_TIMING.step_seconds(outcome.work)
-    without = DEFAULT_TIMING.step_seconds(StepWork(outcome.work.prefill, outcome.work.decode))
-    recompute = DEFAULT_TIMING.step_seconds(StepWork([(0, 28)], outcome.work.decode))
+    with_copy = default_timing().step_seconds(outcome.work)
+    without = default_timing().step_seconds(StepWork(outcome.work.prefill, outcome.work.decode))
+    recompute = default_timing().step_seconds(StepWork([(0, 28)], outcome.work.decode))
     assert without < with_copy < recompute
 
 

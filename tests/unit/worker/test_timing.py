@@ -3,14 +3,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentserve.worker.timing import DEFAULT_TIMING, StepWork
+from agentserve.worker.profiles import default_timing
+from agentserve.worker.timing import StepWork
 
 ctx = st.integers(0, 200_000)
 chunk = st.tuples(ctx, st.integers(1, 8192))
 
 
 def t(prefill: list[tuple[int, int]] = [], decode: list[int] = []) -> float:  # noqa: B006
-    return DEFAULT_TIMING.step_seconds(StepWork(prefill, decode))
+    return default_timing().step_seconds(StepWork(prefill, decode))
 
 
 def test_an_empty_iteration_takes_no_time() -> None:

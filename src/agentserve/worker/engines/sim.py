@@ -38,7 +38,8 @@ from agentserve.worker.events import EventHub
 from agentserve.worker.kvpool import KvPool
 from agentserve.worker.outputs import EchoPolicy, OutputPolicy, context_for, hints_complete
 from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence, StepOutcome
-from agentserve.worker.timing import DEFAULT_TIMING, TimingModel
+from agentserve.worker.profiles import default_timing
+from agentserve.worker.timing import TimingModel
 from agentserve.worker.tokenizer import ByteTokenizer, Tokenizer, token_pieces
 
 
@@ -50,7 +51,7 @@ class SimConfig:
     honour_retention: bool = True  # False (--kv-retention off): every block in the default class
     hash_seed: int = 0
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    timing: TimingModel = DEFAULT_TIMING
+    timing: TimingModel = field(default_factory=default_timing)
     speedup: float = 1.0  # simulated seconds per real second; 0 or inf: no waiting
     zero_time_slice_s: float = 5e-3  # run iterations this long between yields (no waiting, or behind)
     catch_up_s: float = 0.05  # at most this much wall time behind the simulated clock is caught up

@@ -35,8 +35,8 @@ from pathlib import Path
 from agentserve.frontend.retention import AGENT, RetentionInputs, RetentionPolicy, decide_retention
 from agentserve.prompt.hashing import block_hashes
 from agentserve.worker.kvpool import KvPool
-from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence
 from agentserve.worker.profiles import default_timing
+from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence
 
 BLOCK = 32
 VOCAB = 150_000

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from agentserve.config import WorkerConfig  # noqa: E402
-from agentserve.worker.profiles import default_timing
+from agentserve.worker.profiles import default_timing  # noqa: E402
 from agentserve.worker.timing import StepWork  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

@@ -117,6 +117,12 @@ REJECTED = [
     ("no-source", {"model": {"name": "m"}, "workers": {"engine": "trtllm"}}, "needs model.source"),
     ("sim-tp", _with(SIM, workers__tensorParallelSize=2), "the sim engine uses no GPU"),
     (
+        "trt-sim-profile",
+        _with(TRT, workers__sim={"profile": "b200-qwen3-30b-a3b-estimate"}),
+        "set engine: sim",
+    ),
+    ("bad-profile", _with(SIM, workers__sim={"profile": "h100-guess"}), 'Unsupported value: "h100-guess"'),
+    (
         "gpus-lt-tp",
         _with(TRT, workers={"tensorParallelSize": 8, "gpusPerWorker": 4}),
         "gpusPerWorker must be at least tensorParallelSize",

@@ -385,6 +385,13 @@ MAPPINGS: tuple[Mapping, ...] = (
     # workers
     Mapping("workers.engine", "worker", "engine", _s(lambda s: s.workers.engine)),
     Mapping(
+        "workers.sim.profile",
+        "worker",
+        "sim_profile",
+        _s(lambda s: s.workers.sim.profile if s.workers.sim is not None else None),
+        "a shipped profile's name (sim engine only)",
+    ),
+    Mapping(
         "workers.tensorParallelSize",
         "worker",
         "tensor_parallel_size",

@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from agentserve.config import ALL_APIS, ApiName, ReplayPolicy
 from agentserve.families import family_names
 from agentserve.operator.llm_args import TRTLLM_RELEASE, unknown_llm_api_options
+from agentserve.worker.profiles import DEFAULT_PROFILE, shipped_profiles
 
 GROUP = "agentserve.dev"
 VERSION = "v1alpha1"
@@ -51,6 +52,22 @@ FamilyName = Annotated[
     str,
     AfterValidator(_known_family),
     WithJsonSchema({"type": "string", "enum": list(_FAMILY_NAMES)}),
+]
+
+# The engine profiles that ship in the image (agentserve.worker.profiles): an enum in the CRD.
+_PROFILE_NAMES = shipped_profiles()
+
+
+def _known_profile(name: str) -> str:
+    if name not in _PROFILE_NAMES:
+        raise ValueError(f"unknown engine profile {name!r}; shipped: {', '.join(_PROFILE_NAMES)}")
+    return name
+
+
+ProfileName = Annotated[
+    str,
+    AfterValidator(_known_profile),
+    WithJsonSchema({"type": "string", "enum": list(_PROFILE_NAMES)}),
 ]
 
 
@@ -423,6 +440,16 @@ class WorkerCacheSpec(_Spec):
     size_limit: Quantity | None = Field(None, description="sizeLimit of the emptyDir (without claimName)")
 
 
+class SimSpec(_Spec):
+    """The simulated engine (workers.engine: sim)."""
+
+    profile: ProfileName = Field(
+        DEFAULT_PROFILE,
+        description="engine profile whose timing the sim follows (docs/worker.md, Engine profiles): "
+        "h200-qwen3-30b-a3b-pytorch is measured, b200-qwen3-30b-a3b-estimate a datasheet estimate",
+    )
+
+
 class WorkersSpec(ComponentSpec):
     """The inference workers."""
 
@@ -455,6 +482,9 @@ class WorkersSpec(ComponentSpec):
     cache: WorkerCacheSpec = Field(
         WorkerCacheSpec.model_validate({}), description="compile and download caches of the workers"
     )
+    # No default object: the apiserver would default it into every CR and the rule below would
+    # refuse every trtllm CR.
+    sim: SimSpec | None = Field(None, description="the simulated engine (engine: sim only)")
     update_strategy: Literal["surge", "replace"] = Field(
         "surge",
         description="surge: a new worker loads beside the old ones, which keep serving (needs the GPUs of "
@@ -468,6 +498,11 @@ class WorkersSpec(ComponentSpec):
             "(!has(self.gpusPerWorker) || self.gpusPerWorker == 0))",
             "the sim engine uses no GPU: leave tensorParallelSize at 1 and gpusPerWorker unset or 0",
             lambda s: s.engine != "sim" or (s.tensor_parallel_size == 1 and not s.gpus_per_worker),
+        ),
+        Rule(
+            "(has(self.engine) && self.engine == 'sim') || !has(self.sim)",
+            "workers.sim configures the simulated engine: set engine: sim, or remove sim",
+            lambda s: s.engine == "sim" or s.sim is None,
         ),
         Rule(
             "(has(self.engine) && self.engine == 'sim') || !has(self.gpusPerWorker) || "

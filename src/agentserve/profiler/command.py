@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from agentserve.profiler.fit import fit_timing
-from agentserve.profiler.measure import ProfileRunError, Profiler, worker_facts
+from agentserve.profiler.measure import Profiler, ProfileRunError, worker_facts
 from agentserve.profiler.plan import FULL, QUICK, fit_to
 from agentserve.profiler.report import error_table, plot
 from agentserve.worker.client import WorkerClient, WorkerError
@@ -24,14 +24,15 @@ from agentserve.worker.profiles import (
     profile_to_yaml,
 )
 
-
 NOISY = 0.25  # a fit worse than this on some measurement is reported
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--worker", metavar="URL", help="a running worker to measure (http://host:port)")
-    source.add_argument("--refit", metavar="PROFILE", help="refit the measurements of a profile (name or file)")
+    source.add_argument(
+        "--refit", metavar="PROFILE", help="refit the measurements of a profile (name or file)"
+    )
     source.add_argument("--show", metavar="PROFILE", help="print a profile's measurements against its model")
     p.add_argument("-o", "--output", metavar="FILE", help="write the profile here (default: stdout)")
     p.add_argument("--plot", metavar="PNG", help="plot measured vs modelled (needs matplotlib)")
@@ -139,9 +140,9 @@ def _refit(
         raise ProfileError(str(exc)) from exc
     if fit.worst > NOISY:
         print(
-            f"agentserve profile: the model misses a measurement by {100 * fit.worst:.0f} %: the measurements "
-            "are noisy (a busy machine, or a sim too fast for its host: profile a sim at --sim-speedup 1) or "
-            "the engine does not follow the timing model's shape (see the table and the plot)",
+            f"agentserve profile: the model misses a measurement by {100 * fit.worst:.0f} %: "
+            "the measurements are noisy (a busy machine, or a sim too fast for its host: profile a sim "
+            "at --sim-speedup 1) or the engine does not follow the timing model's shape (see the table and the plot)",
             file=sys.stderr,
         )
     obtained = {**obtained, "fit_worst_error": round(fit.worst, 4)}

@@ -37,7 +37,7 @@ def fit_timing(measurements: Sequence[Measurement], template: TimingModel) -> Fi
     (name, KV bytes, MoE shape, copy bandwidths, load time) are kept."""
     if not measurements:
         raise ValueError("no measurements to fit")
-    shape = replace(template, prefill_floor_s=0.0, **dict.fromkeys(LINEAR_TERMS, 0.0))
+    shape = _with(replace(template, prefill_floor_s=0.0), dict.fromkeys(LINEAR_TERMS, 0.0))
     used = list(measurements)
     timing = _linear(shape, used)
     prefills = [m for m in measurements if len(m.steps) == 1 and m.steps[0].prefill]
@@ -66,8 +66,14 @@ def _linear(shape: TimingModel, measurements: Sequence[Measurement]) -> TimingMo
             for i, name in enumerate(LINEAR_TERMS):
                 row[i] += terms[name]
         # Host-tier copies are not fitted: their known time comes off the target.
-        copy = sum(s.onboard_tokens * shape.kv_bytes_per_token / shape.host_to_gpu_bytes_per_s for s in m.steps)
+        copy = sum(
+            s.onboard_tokens * shape.kv_bytes_per_token / shape.host_to_gpu_bytes_per_s for s in m.steps
+        )
         rows.append([v / m.seconds for v in row])
         targets.append(max(m.seconds - copy, 0.0) / m.seconds)
     coefficients = nnls(rows, targets)
-    return replace(shape, **dict(zip(LINEAR_TERMS, coefficients, strict=True)))
+    return _with(shape, dict(zip(LINEAR_TERMS, coefficients, strict=True)))
+
+
+def _with(model: TimingModel, coefficients: dict[str, float]) -> TimingModel:
+    return replace(model, **coefficients)  # type: ignore[arg-type]  # float fields only (LINEAR_TERMS)

@@ -141,7 +141,9 @@ class Profiler:
         ctx = int(statistics.median(mid))
         return Measurement(f"decode B={batch} C={context}", seconds, (StepWork(decode=(ctx,) * batch),))
 
-    async def _mixed(self, chunk: int, chunk_prefix: int, batch: int, context: int, tokens: int) -> Measurement:
+    async def _mixed(
+        self, chunk: int, chunk_prefix: int, batch: int, context: int, tokens: int
+    ) -> Measurement:
         """A `chunk`-token prefill on a cached `chunk_prefix` while `batch` sequences decode."""
         head = self._prompt(chunk_prefix)
         await self._ttft(head)
@@ -177,7 +179,9 @@ class Profiler:
             prefill=((probe.cached, chunk_prefix + chunk - probe.cached),),
             decode=(int(statistics.median(ctx)),) * batch,
         )
-        return Measurement(f"mixed P={chunk} on {chunk_prefix} + {batch} decodes at {context}", seconds, (step,))
+        return Measurement(
+            f"mixed P={chunk} on {chunk_prefix} + {batch} decodes at {context}", seconds, (step,)
+        )
 
     # -- one request ------------------------------------------------------------------------------
 

@@ -66,7 +66,7 @@ def _least_squares(a: list[list[float]], b: list[float], cols: list[int], n: int
 def _solve(m: list[list[float]], v: list[float]) -> list[float]:
     """Gaussian elimination with partial pivoting; a singular direction gets 0."""
     k = len(v)
-    aug = [row[:] + [v[i]] for i, row in enumerate(m)]
+    aug = [[*row, v[i]] for i, row in enumerate(m)]
     for col in range(k):
         pivot = max(range(col, k), key=lambda r: abs(aug[r][col]))
         if abs(aug[pivot][col]) < 1e-14:

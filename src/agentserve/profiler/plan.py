@@ -43,19 +43,14 @@ class Plan:
 
     @property
     def size(self) -> int:
-        return (
-            len(self.prompt_lengths)
-            + len(self.cached)
-            + len(self.decode)
-            + len(self.mixed)
-        )
+        return len(self.prompt_lengths) + len(self.cached) + len(self.decode) + len(self.mixed)
 
 
 FULL = Plan(
     prompt_lengths=(256, 1024, 2048, 4096, 8192, 16384, 32768, 65536),
     cached=((8192, 512), (16384, 1024), (32768, 1024), (32768, 4096)),
     decode=tuple((b, c) for c in (1024, 8192) for b in (1, 4, 16, 64, 128, 256)),
-    mixed=((512, 16384, 64, 4096), (2048, 16384, 64, 4096), (8192, 16384, 64, 4096)),
+    mixed=((512, 16384, 64, 4096), (2048, 16384, 64, 4096), (6144, 16384, 64, 4096)),
     decode_tokens=48,
     repeats=3,
 )

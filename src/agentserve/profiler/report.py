@@ -47,7 +47,9 @@ def plot(profile: Profile, path: Path) -> None:
         measured = [1000 * m.seconds for m in ms]
         modelled = [1000 * m.predicted(profile.timing) for m in ms]
         left.scatter(measured, modelled, marker=marker, label=kind, alpha=0.8)
-        right.scatter(measured, [b / a for a, b in zip(measured, modelled, strict=True)], marker=marker, alpha=0.8)
+        right.scatter(
+            measured, [b / a for a, b in zip(measured, modelled, strict=True)], marker=marker, alpha=0.8
+        )
     if profile.measurements:
         lo = min(1000 * m.seconds for m in profile.measurements) * 0.8
         hi = max(1000 * m.seconds for m in profile.measurements) * 1.25

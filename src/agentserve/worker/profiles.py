@@ -90,7 +90,17 @@ def profile_from_dict(data: object, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: a profile is a mapping (format: {FORMAT})")
     if data.get("format") != FORMAT:
         raise ProfileError(f"{where}: format must be {FORMAT!r}, not {data.get('format')!r}")
-    known = {"format", "name", "description", "hardware", "engine", "model", "obtained", "timing", "measurements"}
+    known = {
+        "format",
+        "name",
+        "description",
+        "hardware",
+        "engine",
+        "model",
+        "obtained",
+        "timing",
+        "measurements",
+    }
     unknown = sorted(set(data) - known)
     if unknown:
         raise ProfileError(f"{where}: unknown keys {unknown} (known: {sorted(known)})")
@@ -105,7 +115,9 @@ def profile_from_dict(data: object, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: timing must be a mapping of coefficients")
     unknown = sorted(set(raw_timing) - set(_TIMING_FIELDS))
     if unknown:
-        raise ProfileError(f"{where}: timing: unknown coefficients {unknown} (known: {sorted(_TIMING_FIELDS)})")
+        raise ProfileError(
+            f"{where}: timing: unknown coefficients {unknown} (known: {sorted(_TIMING_FIELDS)})"
+        )
     values: dict[str, Any] = {}
     for key, value in raw_timing.items():
         want = int if _TIMING_FIELDS[key].type in ("int", int) else float
@@ -166,7 +178,9 @@ def _step(value: object, where: str) -> StepWork:
         decode = tuple(int(c) for count, c in value.get("decode") or [] for _ in range(int(count)))
         onboard = int(value.get("onboard_tokens") or 0)
     except (TypeError, ValueError) as exc:
-        raise ProfileError(f"{where}: a step has prefill [[start, n], ...], decode [[count, context], ...]") from exc
+        raise ProfileError(
+            f"{where}: a step has prefill [[start, n], ...], decode [[count, context], ...]"
+        ) from exc
     step = StepWork(prefill, decode, onboard)
     if step.empty:
         raise ProfileError(f"{where}: a step computes nothing")

@@ -169,6 +169,10 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {("router", "max_inflight_per_worker"): 64},
     ),
     "workers.engine": ({"workers": {"engine": "sim"}}, {("worker", "engine"): "sim"}),
+    "workers.sim.profile": (
+        {"workers": {"engine": "sim", "sim": {"profile": "h200-qwen3-30b-a3b-pytorch"}}},
+        {("worker", "sim_profile"): "h200-qwen3-30b-a3b-pytorch"},
+    ),
     "workers.tensorParallelSize": (
         {"workers": {"tensorParallelSize": 4}},
         {("worker", "tensor_parallel_size"): 4},

@@ -281,6 +281,15 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("spec.workers", {**MINIMAL, "workers": {"tensorParallelSize": 8, "gpusPerWorker": 4}}, False),
     ("spec.workers", {**MINIMAL, "workers": {"tensorParallelSize": 4, "gpusPerWorker": 8}}, True),
     ("spec.workers", {**MINIMAL, "workers": {"tensorParallelSize": 8}}, True),
+    ("spec.workers", {**MINIMAL, "workers": {"sim": {"profile": "h200-qwen3-30b-a3b-pytorch"}}}, False),
+    (
+        "spec.workers",
+        {
+            "model": {"name": "m"},
+            "workers": {"engine": "sim", "sim": {"profile": "h200-qwen3-30b-a3b-pytorch"}},
+        },
+        True,
+    ),
     ("spec", {**MINIMAL, "frontend": {"replicas": 2}}, False),
     ("spec", {**MINIMAL, "frontend": {"replicas": 1}}, True),
     ("spec", {**MINIMAL, "frontend": {"replicas": 3}, "state": {"managed": {}}}, True),

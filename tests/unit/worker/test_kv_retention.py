@@ -13,8 +13,8 @@ from agentserve.worker.engine import (
 )
 from agentserve.worker.kvpool import KvPool, block_retentions
 from agentserve.worker.kvwire import KvWireError, decode_batch, encode_batch
-from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence
 from agentserve.worker.profiles import default_timing
+from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence
 from agentserve.worker.timing import StepWork
 
 BS = 4

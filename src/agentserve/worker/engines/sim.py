@@ -37,8 +37,8 @@ from agentserve.worker.engine import (
 from agentserve.worker.events import EventHub
 from agentserve.worker.kvpool import KvPool
 from agentserve.worker.outputs import EchoPolicy, OutputPolicy, context_for, hints_complete
-from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence, StepOutcome
 from agentserve.worker.profiles import default_timing
+from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence, StepOutcome
 from agentserve.worker.timing import TimingModel
 from agentserve.worker.tokenizer import ByteTokenizer, Tokenizer, token_pieces
 

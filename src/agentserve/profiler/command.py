@@ -142,7 +142,8 @@ def _refit(
         print(
             f"agentserve profile: the model misses a measurement by {100 * fit.worst:.0f} %: "
             "the measurements are noisy (a busy machine, or a sim too fast for its host: profile a sim "
-            "at --sim-speedup 1) or the engine does not follow the timing model's shape (see the table and the plot)",
+            "at --sim-speedup 1) or the engine does not follow the timing model's shape (see the table "
+            "and the plot)",
             file=sys.stderr,
         )
     obtained = {**obtained, "fit_worst_error": round(fit.worst, 4)}

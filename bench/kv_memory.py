@@ -19,7 +19,10 @@ time, and idle time jumps to the next arrival, so nothing waits for real. Prints
 recomputed, prefix hit rate, TTFT p50/p99 of returning turns (turn ≥ 2), and the acceptance ratios;
 writes `bench/results/kv_memory.png`.
 
-    PYTHONPATH=src python bench/kv_memory.py [--quick]
+Runs once per engine profile (`--profiles`, default every shipped one: the B200 estimate and the
+H200 measurement) in the same run; each block of results names its profile.
+
+    PYTHONPATH=src python bench/kv_memory.py [--quick] [--profiles NAME,...]
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentserve.frontend.retention import AGENT, RetentionInputs, RetentionPolicy, decide_retention
 from agentserve.prompt.hashing import block_hashes
 from agentserve.worker.kvpool import KvPool
-from agentserve.worker.profiles import default_timing
+from agentserve.worker.profiles import Profile, load_profile, shipped_profiles
 from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence
+from agentserve.worker.timing import TimingModel
 
 BLOCK = 32
 VOCAB = 150_000
@@ -85,7 +90,7 @@ def gap_seconds(rng: random.Random) -> float:
 
 
 def run(
-    trace: Trace, gpu_blocks: int, host_blocks: int, policy: RetentionPolicy | None
+    trace: Trace, gpu_blocks: int, host_blocks: int, policy: RetentionPolicy | None, timing: TimingModel
 ) -> tuple[list[TurnResult], int]:
     """The turns' results and the peak live working set of a worker, in blocks (the shared prefix
     plus the context of every session that has not finished its last turn)."""
@@ -96,7 +101,6 @@ def run(
     pools = [KvPool(gpu_blocks, BLOCK, host_blocks) for _ in range(trace.workers)]
     scheds = [Scheduler(p, config) for p in pools]
     clocks = [0.0] * trace.workers
-    timing = default_timing()
     sessions: list[Session] = []
     arrivals: list[tuple[float, int]] = []
     for sid in range(trace.sessions):
@@ -230,7 +234,10 @@ def summarise(results: list[TurnResult], prefix_tokens: int) -> dict[str, float]
     }
 
 
-def plot(results: dict[str, list[TurnResult]], summary: dict[str, dict[str, float]], path: Path) -> None:
+Outcome = tuple[dict[str, list[TurnResult]], dict[str, dict[str, float]]]
+
+
+def plot(outcomes: dict[str, Outcome], path: Path) -> None:
     try:
         import matplotlib
     except ImportError:
@@ -239,7 +246,18 @@ def plot(results: dict[str, list[TurnResult]], summary: dict[str, dict[str, floa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=100)
+    fig, axes = plt.subplots(len(outcomes), 2, figsize=(10, 3.6 * len(outcomes)), dpi=100, squeeze=False)
+    for (ax1, ax2), (label, (results, summary)) in zip(axes, outcomes.items(), strict=True):
+        _panels(ax1, ax2, label, results, summary)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    print(f"plot: {path}")
+
+
+def _panels(
+    ax1: Any, ax2: Any, label: str, results: dict[str, list[TurnResult]], summary: dict[str, dict[str, float]]
+) -> None:
     names = list(summary)
     ax1.bar(names, [summary[n]["hit_rate"] * 100 for n in names], color="#4c72b0")
     ax1.set_ylabel("prefix hit rate, returning turns (%)")
@@ -250,11 +268,8 @@ def plot(results: dict[str, list[TurnResult]], summary: dict[str, dict[str, floa
     ax2.set_xscale("log")
     ax2.set_xlabel("TTFT of returning turns (s, sim clock)")
     ax2.set_ylabel("CDF")
+    ax2.set_title(label, fontsize=9)
     ax2.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    print(f"plot: {path}")
 
 
 def main() -> None:
@@ -270,12 +285,27 @@ def main() -> None:
         default=0.0,
         help="background one-off chats (4K tokens) per second per worker",
     )
+    ap.add_argument(
+        "--profiles",
+        default=",".join(shipped_profiles()),
+        help="engine profiles whose timing the sim follows, comma-separated (default: every shipped one)",
+    )
     args = ap.parse_args()
+    outcomes = {}
+    for name in args.profiles.split(","):
+        profile = load_profile(name)
+        outcomes[profile.label] = run_profile(profile, args)
+    plot(outcomes, Path(__file__).parent / "results" / "kv_memory.png")
+
+
+def run_profile(profile: Profile, args: argparse.Namespace) -> Outcome:
     sessions, turns = (16, 8) if args.quick else (64, 20)
     trace = Trace(sessions, turns, 20_000, 2_000, 120, 400, args.workers, args.seed, args.chat_rate)
+    timing = profile.timing
+    print(f"\nengine profile: {profile.label}")
     # The oracle runs first: its trace (no eviction) measures the live working set to size the rest.
     t0 = time.perf_counter()
-    oracle_results, live = run(trace, 10**9, 0, None)
+    oracle_results, live = run(trace, 10**9, 0, None, timing)
     oracle_s = time.perf_counter() - t0
     # Never below what the longest prompt needs (a session's last turn) with room for a second one.
     longest = (
@@ -297,7 +327,7 @@ def main() -> None:
     summary: dict[str, dict[str, float]] = {}
     for name, (g, h, policy) in variants.items():
         t0 = time.perf_counter()
-        results[name] = run(trace, g, h, policy)[0]
+        results[name] = run(trace, g, h, policy, timing)[0]
         summary[name] = summarise(results[name], trace.prefix_tokens)
         # Returning turns that lost some of their prefix (cached less than the oracle did).
         best_case = {(r.session, r.turn): r.cached for r in oracle_results}
@@ -331,7 +361,7 @@ def main() -> None:
         "(target >= 2x); "
         f"p99 {lru['ttft_p99'] / best['ttft_p99']:.2f}x"
     )
-    plot(results, summary, Path(__file__).parent / "results" / "kv_memory.png")
+    return results, summary
 
 
 if __name__ == "__main__":

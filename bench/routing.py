@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python bench/routing.py            # full run (~2–3 min)
     PYTHONPATH=src python bench/routing.py --quick    # smoke run (~15 s)
+    PYTHONPATH=src python bench/routing.py --profiles h200-qwen3-30b-a3b-pytorch   # one engine profile
 
 1. **Agent trace** (64 sessions × 20 turns): every session starts with a shared system prefix
    (tools + instructions), then its own task; each turn's prompt is the previous prompt + the
@@ -9,8 +10,9 @@
    limited KV capacity, once per policy (kv, round-robin, random, least-loaded), through the same
    path `agentserve up` uses: `in_process` engines, their KV events into the router, `Dispatcher`.
    Time is simulated: the asyncio loop's clock jumps to the next timer instead of sleeping, so
-   the sim engines' timing model (a Qwen3-30B-A3B-on-B200 estimate) alone decides TTFT, however
-   busy this machine is. Per policy: prefix hit rate (cached / prompt tokens) against an oracle
+   the sim engines' timing model alone decides TTFT, however busy this machine is. The trace runs
+   once per engine profile (`--profiles`, default every shipped one: the B200 estimate and the H200
+   measurement), in the same run. Per policy: prefix hit rate (cached / prompt tokens) against an oracle
    with one infinite cache, TTFT p50/p99, and load spread (max/mean of requests and of prefill
    tokens computed per worker).
 2. **Decision latency** at 100k indexed blocks (real clock): `RouterCore.decide` for 20K-token
@@ -52,6 +54,8 @@ from agentserve.router.wire import decode_decision, decode_route, encode_decisio
 from agentserve.worker.engine import GenerateRequest, Hints, KvEvent, SamplingParams  # noqa: E402
 from agentserve.worker.engines.sim import SimConfig, SimEngine  # noqa: E402
 from agentserve.worker.kvwire import decode_message, encode_batch  # noqa: E402
+from agentserve.worker.profiles import load_profile, shipped_profiles  # noqa: E402
+from agentserve.worker.timing import TimingModel  # noqa: E402
 
 POLICIES = ("kv", "round-robin", "random", "least-loaded")
 BS = 32
@@ -180,10 +184,11 @@ async def run_trace(
     *,
     record_events: bool,
     weights: dict[str, float],
+    timing: TimingModel,
 ) -> RunResult:
     loop = asyncio.get_running_loop()
     engines = {
-        f"w{i}": SimEngine(SimConfig(num_blocks=kv_blocks, block_size=BS, speedup=1.0))
+        f"w{i}": SimEngine(SimConfig(num_blocks=kv_blocks, block_size=BS, speedup=1.0, timing=timing))
         for i in range(n_workers)
     }
     for e in engines.values():
@@ -446,6 +451,11 @@ def main() -> int:
         "--overlap-weight", type=float, default=None, help="override RouterConfig.overlap_weight"
     )
     parser.add_argument("--plot", type=Path, default=ROOT / "bench" / "results" / "routing.png")
+    parser.add_argument(
+        "--profiles",
+        default=",".join(shipped_profiles()),
+        help="engine profiles whose timing the sim follows, comma-separated (default: every shipped one)",
+    )
     args = parser.parse_args()
     trace = Trace(sessions=16, turns=6) if args.quick else Trace()
     sizes = tuple(args.workers or ((4,) if args.quick else (4, 8)))
@@ -454,7 +464,6 @@ def main() -> int:
         for k, v in (("load_weight", args.load_weight), ("overlap_weight", args.overlap_weight))
         if v is not None
     }
-    results: list[RunResult] = []
     print(
         f"trace: {trace.sessions} sessions x {trace.turns} turns, "
         f"shared prefix {trace.system_tokens} tokens, "
@@ -464,41 +473,15 @@ def main() -> int:
     )
     defaults = RouterConfig.model_validate({**weights})
     print(f"kv cost weights: overlap {defaults.overlap_weight:g}, load {defaults.load_weight:g}")
-    header = (
-        f"{'workers':>7} {'policy':<13} {'hit rate':>8} {'oracle':>7} {'% oracle':>8} {'TTFT p50':>9} "
-        f"{'TTFT p99':>9} {'req spread':>10} {'prefill spread':>14} {'sim s':>6} {'wall s':>6}"
-    )
-    print(header)
-    print("-" * len(header))
-    for n in sizes:
-        for policy in args.policies:
-            first = n == sizes[0] and policy == args.policies[0]
-            r = simulate(run_trace(trace, policy, n, args.kv_blocks, record_events=first, weights=weights))
-            results.append(r)
-            ttfts = r.ttfts()
-            p50, p99 = pct(ttfts, 0.5) * 1e3, pct(ttfts, 0.99) * 1e3
-            print(
-                f"{n:>7} {policy:<13} {r.hit_rate():>8.1%} {r.oracle_rate():>7.1%} "
-                f"{r.hit_rate() / r.oracle_rate():>8.1%} {p50:>7.0f}ms {p99:>7.0f}ms "
-                f"{r.spread(lambda rec: 1):>10.2f} {r.spread(lambda rec: rec.computed):>14.2f} "
-                f"{r.sim_seconds:>6.0f} {r.wall_seconds:>6.1f}",
-                flush=True,
-            )
-    print()
-    for n in sizes:
-        by = {r.policy: r for r in results if r.workers == n}
-        if "kv" not in by or "round-robin" not in by:
-            continue
-        kv, rr = by["kv"], by["round-robin"]
-        ratio = pct(rr.ttfts(), 0.5) / pct(kv.ttfts(), 0.5)
-        share = kv.hit_rate() / kv.oracle_rate()
-        print(
-            f"{n} workers: kv hit rate {share:.1%} of oracle "
-            f"(target >= 90%: {'ok' if share >= 0.9 else 'MISSED'}); "
-            f"TTFT p50 round-robin/kv = {ratio:.1f}x (target >= 2x: {'ok' if ratio >= 2 else 'MISSED'})"
-        )
-    plot(results, args.plot)
-    print(f"plot: {args.plot.relative_to(ROOT) if args.plot.is_relative_to(ROOT) else args.plot}")
+    first_results: list[RunResult] = []
+    for k, name in enumerate(args.profiles.split(",")):
+        profile = load_profile(name)
+        print(f"\nengine profile: {profile.label}")
+        results = trace_table(trace, sizes, args, weights, profile.timing)
+        plot_path = args.plot if k == 0 else args.plot.with_name(f"{args.plot.stem}-{name}{args.plot.suffix}")
+        plot(results, plot_path)
+        print(f"plot: {plot_path.relative_to(ROOT) if plot_path.is_relative_to(ROOT) else plot_path}")
+        first_results = first_results or results
     print()
 
     for dp_ranks in (1, 8):
@@ -509,7 +492,7 @@ def main() -> int:
             f"blocks, 8 workers{ranked}, best of 3 rounds): p50 {d50 * 1e6:.0f} us, p99 {d99 * 1e6:.0f} us "
             f"(target p99 <= 1 ms: {'ok' if d99 <= 1e-3 else 'MISSED'})"
         )
-    messages = renumbered(results[0].events)
+    messages = renumbered(first_results[0].events)
     ev_s, bl_s, events, blocks_n = ingest_rate(messages)
     print(
         f"ingest (decode + apply {len(messages):,} messages the trace's engines published: "
@@ -527,6 +510,53 @@ def main() -> int:
             f"loopback round trip (route + finish) p50 {p50_rt:.0f} us, p99 {p99_rt:.0f} us"
         )
     return 0
+
+
+def trace_table(
+    trace: Trace,
+    sizes: tuple[int, ...],
+    args: argparse.Namespace,
+    weights: dict[str, float],
+    timing: TimingModel,
+) -> list[RunResult]:
+    """Part 1 under one timing model: the policies' table and the acceptance lines."""
+    results: list[RunResult] = []
+    header = (
+        f"{'workers':>7} {'policy':<13} {'hit rate':>8} {'oracle':>7} {'% oracle':>8} {'TTFT p50':>9} "
+        f"{'TTFT p99':>9} {'req spread':>10} {'prefill spread':>14} {'sim s':>6} {'wall s':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for n in sizes:
+        for policy in args.policies:
+            first = n == sizes[0] and policy == args.policies[0]
+            run = run_trace(
+                trace, policy, n, args.kv_blocks, record_events=first, weights=weights, timing=timing
+            )
+            r = simulate(run)
+            results.append(r)
+            ttfts = r.ttfts()
+            p50, p99 = pct(ttfts, 0.5) * 1e3, pct(ttfts, 0.99) * 1e3
+            print(
+                f"{n:>7} {policy:<13} {r.hit_rate():>8.1%} {r.oracle_rate():>7.1%} "
+                f"{r.hit_rate() / r.oracle_rate():>8.1%} {p50:>7.0f}ms {p99:>7.0f}ms "
+                f"{r.spread(lambda rec: 1):>10.2f} {r.spread(lambda rec: rec.computed):>14.2f} "
+                f"{r.sim_seconds:>6.0f} {r.wall_seconds:>6.1f}",
+                flush=True,
+            )
+    for n in sizes:
+        by = {r.policy: r for r in results if r.workers == n}
+        if "kv" not in by or "round-robin" not in by:
+            continue
+        kv, rr = by["kv"], by["round-robin"]
+        ratio = pct(rr.ttfts(), 0.5) / pct(kv.ttfts(), 0.5)
+        share = kv.hit_rate() / kv.oracle_rate()
+        print(
+            f"{n} workers: kv hit rate {share:.1%} of oracle "
+            f"(target >= 90%: {'ok' if share >= 0.9 else 'MISSED'}); "
+            f"TTFT p50 round-robin/kv = {ratio:.1f}x (target >= 2x: {'ok' if ratio >= 2 else 'MISSED'})"
+        )
+    return results
 
 
 if __name__ == "__main__":

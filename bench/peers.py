@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from agentserve.worker.http1 import Http1Pool  # noqa: E402
+from agentserve.worker.profiles import DEFAULT_PROFILE, load_profile  # noqa: E402
 
 try:
     import uvloop
@@ -609,6 +610,8 @@ def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="peers-"))
     model = model_dir(logs)
     print(f"logs and model dir: {logs}", flush=True)
+    # agentserve's sim workers run the default engine profile (Dynamo's mocker has its own model).
+    print(f"agentserve sim: engine profile {load_profile(DEFAULT_PROFILE).label}", flush=True)
     running: dict[str, Stack] = {}
     try:
         if "dynamo" in stacks:

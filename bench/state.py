@@ -216,7 +216,10 @@ async def bench_migration(streams: int) -> None:
         resumed.append(m.resumed_tokens)
     for e in engines:
         await e.stop()
-    print(f"\nmigration ({streams} streams, {len(PROMPT)}-token prompt, worker dies after 4 steps)")
+    print(
+        f"\nmigration ({streams} streams, {len(PROMPT)}-token prompt, worker dies after 4 steps; "
+        f"engine profile {engines[0].config.timing.name} at speed-up 20)"
+    )
     print(
         f"extra prefill per migrated stream: {statistics.mean(resumed):.0f} tokens re-sent as prompt (mean)"
     )

@@ -10,6 +10,7 @@ pairs. Unfused element-wise ops, SDPA instead of paged/flash-decoding kernels an
 sort/index_add MoE make this an upper bound on a fused engine's iteration time.
 
     python bench/gpu_step_times.py [--quick] [--layers N] [--out PATH]   # on the GPU
+    python bench/gpu_step_times.py --shapes both   # also the reference note's shapes, same code
     python bench/gpu_step_times.py --tiny --out /tmp/t.json              # the code path, on CPU
     python bench/gpu_step_times.py --check                               # MoE/attention self-check
 """
@@ -69,6 +70,18 @@ class Step:
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"prefill": [list(self.prefill)]} if self.prefill else {}
         return out | ({"decode": [list(self.decode)]} if self.decode else {})
+
+
+def note_plan() -> list[Step]:
+    """The shapes of shared/reference/gpu-h200.md, measured again by this script (so a fit on them can
+    be checked against the held-out shapes of `plan` from the same implementation)."""
+    steps = [Step("prefill", (0, n)) for n in (1024, 4096, 16384, 52000, 53000)]
+    steps.append(Step("prefill", (52000, 1000)))
+    decode = [(1, 2048), (1, 8192), (4, 2048), (16, 2048), (16, 8192), (64, 2048), (64, 8192), (256, 2048)]
+    steps += [Step("decode", None, (b, c)) for b, c in decode]
+    for p in (512, 2048, 8192):
+        steps += [Step("chunk", (32000, p)), Step("mixed", (32000, p), (64, 8192))]
+    return steps
 
 
 def plan(quick: bool, tiny: bool) -> list[Step]:
@@ -460,6 +473,12 @@ def main() -> int:
     )
     ap.add_argument("--check", action="store_true", help="check MoE and attention paths, then exit")
     ap.add_argument("--budget", type=float, default=270.0, help="skip measurements after this many seconds")
+    ap.add_argument(
+        "--shapes",
+        choices=("held-out", "note", "both"),
+        default="held-out",
+        help="held-out shapes (default), the reference note's shapes, or both",
+    )
     args = ap.parse_args()
     t0 = time.monotonic()
     cuda = torch.cuda.is_available()
@@ -494,7 +513,10 @@ def main() -> int:
             "dtype": str(dtype),
             "measurements": [],
         }
-        for step in plan(args.quick, args.tiny or not cuda):
+        steps = [] if args.shapes == "note" else plan(args.quick, args.tiny or not cuda)
+        if args.shapes != "held-out" and cuda and not args.tiny:
+            steps = note_plan() + steps
+        for step in steps:
             if time.monotonic() - t0 > args.budget:
                 rec: dict[str, Any] = {"label": step.label, "skipped": f"past the {args.budget:.0f} s budget"}
             else:

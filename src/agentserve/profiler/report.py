@@ -3,25 +3,36 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from agentserve.worker.profiles import Measurement, Profile
 
 
 def error_table(profile: Profile) -> str:
-    """One row per measurement: measured, modelled, relative error; then the worst."""
-    rows = profile.errors()
-    width = max([len(m.label) for m, _ in rows] + [11])
-    lines = [f"{'measurement':<{width}}  {'measured':>10}  {'modelled':>10}  {'error':>7}"]
-    for m, err in rows:
+    """One row per measurement: measured, modelled, relative error; then the worst and the median;
+    the same for the held-out measurements (measured, not fitted) when the profile has some."""
+    lines: list[str] = []
+    for held_out in (False, True):
+        rows = profile.errors(held_out)
+        if held_out and not rows:
+            break
+        title = "held out (not fitted)" if held_out else "measurement"
+        width = max([len(m.label) for m, _ in rows] + [len(title)])
+        lines.append(f"{title:<{width}}  {'measured':>10}  {'modelled':>10}  {'error':>7}")
+        for m, err in rows:
+            modelled = 1000 * m.predicted(profile.timing)
+            lines.append(
+                f"{m.label:<{width}}  {1000 * m.seconds:>8.1f}ms  {modelled:>8.1f}ms  {100 * err:>+6.1f}%"
+            )
+        if not rows:
+            lines.append("no measurements (an estimate)")
+            continue
+        errors = sorted(abs(e) for _, e in rows)
+        what = "held-out measurements" if held_out else "measurements"
         lines.append(
-            f"{m.label:<{width}}  {1000 * m.seconds:>8.1f}ms  {1000 * m.predicted(profile.timing):>8.1f}ms"
-            f"  {100 * err:>+6.1f}%"
+            f"worst |error| {100 * errors[-1]:.1f} %, median {100 * errors[len(errors) // 2]:.1f} % "
+            f"over {len(rows)} {what}"
         )
-    if rows:
-        worst = max(abs(e) for _, e in rows)
-        lines.append(f"worst |error| {100 * worst:.1f} % over {len(rows)} measurements")
-    else:
-        lines.append("no measurements (an estimate)")
     return "\n".join(lines) + "\n"
 
 
@@ -41,18 +52,24 @@ def plot(profile: Profile, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
     markers = {"prefill": "o", "cached": "s", "decode": "^", "mixed": "D", "other": "x"}
     for kind, marker in markers.items():
-        ms = [m for m in profile.measurements if _kind(m) == kind]
-        if not ms:
-            continue
-        measured = [1000 * m.seconds for m in ms]
-        modelled = [1000 * m.predicted(profile.timing) for m in ms]
-        left.scatter(measured, modelled, marker=marker, label=kind, alpha=0.8)
-        right.scatter(
-            measured, [b / a for a, b in zip(measured, modelled, strict=True)], marker=marker, alpha=0.8
-        )
-    if profile.measurements:
-        lo = min(1000 * m.seconds for m in profile.measurements) * 0.8
-        hi = max(1000 * m.seconds for m in profile.measurements) * 1.25
+        for held_out in (False, True):
+            ms = [m for m in (profile.held_out if held_out else profile.measurements) if _kind(m) == kind]
+            if not ms:
+                continue
+            measured = [1000 * m.seconds for m in ms]
+            modelled = [1000 * m.predicted(profile.timing) for m in ms]
+            ratios = [b / a for a, b in zip(measured, modelled, strict=True)]
+            if held_out:  # hollow red markers: not fitted
+                style: dict[str, Any] = {"facecolors": "none", "edgecolors": "C3"}
+                left.scatter(measured, modelled, marker=marker, label=f"{kind} (held out)", **style)
+                right.scatter(measured, ratios, marker=marker, **style)
+            else:
+                left.scatter(measured, modelled, marker=marker, label=kind, alpha=0.8)
+                right.scatter(measured, ratios, marker=marker, alpha=0.8)
+    everything = profile.measurements + profile.held_out
+    if everything:
+        lo = min(1000 * m.seconds for m in everything) * 0.8
+        hi = max(1000 * m.seconds for m in everything) * 1.25
         left.plot([lo, hi], [lo, hi], "k--", linewidth=1)
     left.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="modelled (ms)")
     left.set_title(f"{profile.name}: iteration times")

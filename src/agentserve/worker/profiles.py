@@ -17,6 +17,7 @@ A profile is a small YAML file (docs/worker.md, "Engine profiles"):
       - label: prefill 16384 in 2 chunks
         seconds: 0.799
         steps: [{prefill: [[0, 8192]]}, {prefill: [[8192, 8192]]}]
+    held_out: []                         # measured like the above but not fitted: the model's check
 
 Shipped profiles live in `agentserve/data/profiles/<name>.yaml` and load by name; any other file
 loads by path. The sim runs under one (`--sim-profile`), the planner and the prefill/decode decision
@@ -69,15 +70,18 @@ class Profile:
     engine: Facts = field(default_factory=dict)
     model: Facts = field(default_factory=dict)
     measurements: tuple[Measurement, ...] = ()
+    held_out: tuple[Measurement, ...] = ()  # measured, not fitted: how well the model generalises
 
     @property
     def label(self) -> str:
         """How benchmarks name the profile they ran under: name (method)."""
         return f"{self.name} ({self.obtained.get('method', '?')})"
 
-    def errors(self) -> list[tuple[Measurement, float]]:
-        """Each measurement with the model's relative error on it (predicted / measured − 1)."""
-        return [(m, m.predicted(self.timing) / m.seconds - 1.0) for m in self.measurements]
+    def errors(self, held_out: bool = False) -> list[tuple[Measurement, float]]:
+        """Each measurement (or held-out one) with the model's relative error on it (predicted /
+        measured − 1)."""
+        chosen = self.held_out if held_out else self.measurements
+        return [(m, m.predicted(self.timing) / m.seconds - 1.0) for m in chosen]
 
 
 # -- YAML -------------------------------------------------------------------------------------------
@@ -100,6 +104,7 @@ def profile_from_dict(data: object, where: str = "profile") -> Profile:
         "obtained",
         "timing",
         "measurements",
+        "held_out",
     }
     unknown = sorted(set(data) - known)
     if unknown:
@@ -130,12 +135,8 @@ def profile_from_dict(data: object, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: timing: {exc}") from exc
     except ValueError as exc:
         raise ProfileError(f"{where}: {exc}") from exc
-    raw_measurements = data.get("measurements") or []
-    if not isinstance(raw_measurements, list):
-        raise ProfileError(f"{where}: measurements must be a list")
-    measurements = tuple(
-        _measurement(m, f"{where}: measurements[{i}]") for i, m in enumerate(raw_measurements)
-    )
+    measurements = _measurements(data.get("measurements"), f"{where}: measurements")
+    held_out = _measurements(data.get("held_out"), f"{where}: held_out")
     return Profile(
         name=name,
         description=str(data.get("description", "")),
@@ -145,7 +146,16 @@ def profile_from_dict(data: object, where: str = "profile") -> Profile:
         engine=_facts(data.get("engine"), f"{where}: engine"),
         model=_facts(data.get("model"), f"{where}: model"),
         measurements=measurements,
+        held_out=held_out,
     )
+
+
+def _measurements(value: object, where: str) -> tuple[Measurement, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ProfileError(f"{where} must be a list")
+    return tuple(_measurement(m, f"{where}[{i}]") for i, m in enumerate(value))
 
 
 def _facts(value: object, where: str) -> dict[str, str | int | float]:
@@ -215,11 +225,13 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
         "model": dict(profile.model),
         "obtained": dict(profile.obtained),
         "timing": {k: _round(v) for k, v in timing.items()},
-        "measurements": [
-            {"label": m.label, "seconds": _round(m.seconds), "steps": [step_to_dict(s) for s in m.steps]}
-            for m in profile.measurements
-        ],
+        "measurements": [_measurement_dict(m) for m in profile.measurements],
+        **({"held_out": [_measurement_dict(m) for m in profile.held_out]} if profile.held_out else {}),
     }
+
+
+def _measurement_dict(m: Measurement) -> dict[str, Any]:
+    return {"label": m.label, "seconds": _round(m.seconds), "steps": [step_to_dict(s) for s in m.steps]}
 
 
 def _round(value: float | int) -> float | int:
@@ -242,7 +254,9 @@ _Dumper.add_representer(
 def profile_to_yaml(profile: Profile) -> str:
     """The profile as YAML, one line per measurement."""
     data = profile_to_dict(profile)
-    data["measurements"] = [_Flow(m) for m in data["measurements"]]
+    for key in ("measurements", "held_out"):
+        if key in data:
+            data[key] = [_Flow(m) for m in data[key]]
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=110)
 
 

@@ -23,6 +23,9 @@ from agentserve.worker.timing import LINEAR_TERMS, StepWork
 
 H200 = "h200-qwen3-30b-a3b-pytorch"
 B200 = "b200-qwen3-30b-a3b-estimate"
+# Measured by this project's own bench/gpu_step_times.py on an H200 (the reference note's shapes
+# fitted, other shapes held out).
+H200_GRAPHS = "h200-qwen3-30b-a3b-torch-graphs"
 
 # The measurements of shared/reference/gpu-h200.md (2026-11-27), typed here from the note's tables —
 # not read from the profile file — so the shipped coefficients are checked against the source.
@@ -95,8 +98,31 @@ def test_a_prefill_chunk_inflates_the_decode_batch_as_measured() -> None:
         assert mixed / alone == pytest.approx(measured_inflation, rel=0.10), p
 
 
+@pytest.mark.parametrize("name", [H200, H200_GRAPHS])
+def test_every_measured_profile_is_the_fit_of_its_measurements(name: str) -> None:
+    profile = load_profile(name)
+    assert profile.obtained["method"] == "measured" and profile.measurements
+    refit = fit_timing(profile.measurements, profile.timing).timing
+    for term in (*LINEAR_TERMS, "prefill_floor_s"):
+        shipped, fitted = getattr(profile.timing, term), getattr(refit, term)
+        assert fitted == pytest.approx(shipped, rel=0.01, abs=1e-9), term
+
+
+def test_a_model_fitted_on_the_notes_shapes_predicts_held_out_shapes_of_the_same_gpu() -> None:
+    # Same implementation, same card, one run: fitted on the note's 20 shapes, checked on 17 others
+    # (decode up to B=512 and C=16384, mixed and chunked prefills at other positions).
+    profile = load_profile(H200_GRAPHS)
+    assert len(profile.held_out) >= 15
+    errors = sorted(abs(e) for _, e in profile.errors(held_out=True))
+    assert errors[len(errors) // 2] <= 0.05  # median (measured 2.1 %)
+    assert errors[-1] <= 0.15  # worst (measured 13.5 %: decode B=32 at C=16384)
+    assert max(abs(e) for _, e in profile.errors()) <= 0.05  # the fitted shapes (measured 3.9 %)
+    labels = {m.label for m in profile.measurements} & {m.label for m in profile.held_out}
+    assert not labels, "a held-out shape must not be fitted"
+
+
 def test_shipped_profiles_load_by_name_and_say_how_they_were_obtained() -> None:
-    assert {H200, B200} <= set(shipped_profiles())
+    assert {H200, B200, H200_GRAPHS} <= set(shipped_profiles())
     assert DEFAULT_PROFILE == B200
     estimate = load_profile(B200)
     assert estimate.obtained["method"] == "estimate" and "estimate" in estimate.label
@@ -122,6 +148,9 @@ def test_a_profile_loads_from_a_file_and_survives_a_yaml_round_trip(tmp_path: Pa
         (m.label, m.seconds, m.steps) for m in profile.measurements
     ]
     assert again.hardware == profile.hardware and again.obtained == profile.obtained
+    graphs = load_profile(H200_GRAPHS)
+    path.write_text(profile_to_yaml(graphs))
+    assert [m.steps for m in load_profile(str(path)).held_out] == [m.steps for m in graphs.held_out]
 
 
 def _raw() -> dict[str, object]:
@@ -141,6 +170,7 @@ def _raw() -> dict[str, object]:
         ({"measurements": [{"label": "x", "seconds": -1, "steps": [{"decode": [[1, 2]]}]}]}, "positive"),
         ({"measurements": [{"label": "x", "seconds": 1, "steps": [{"decode": "many"}]}]}, "a step has"),
         ({"extra": 1}, "unknown keys"),
+        ({"held_out": {"label": "x"}}, "held_out must be a list"),
     ],
 )
 def test_a_malformed_profile_is_refused_with_the_reason(change: dict[str, object], message: str) -> None:

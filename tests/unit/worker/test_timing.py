@@ -13,6 +13,8 @@ MODELS = {
     "default": default_timing(),
     # The measured profile: saturating MoE term and a launch floor on prefill iterations.
     "h200": load_profile("h200-qwen3-30b-a3b-pytorch").timing,
+    # Measured by bench/gpu_step_times.py: a mixed-step term, no launch floor.
+    "h200-graphs": load_profile("h200-qwen3-30b-a3b-torch-graphs").timing,
 }
 model_names = st.sampled_from(sorted(MODELS))
 

@@ -6,7 +6,9 @@ decision is the smallest worker count in [min, max] that
 1. holds the KV the fleet holds — running requests' blocks *and* the blocks retained for agent
    sessions in a tool gap (scaling below that evicts exactly the sessions that come back), and
 2. meets the TTFT and ITL targets with headroom, as `predict` computes them from the timing model,
-   corrected by how far the observed values at the current count sit from the prediction.
+   corrected by how far the observed values at the current count sit from the prediction, for the
+   demand the agent sessions will bring: the observed turn rate, or new sessions per second × turns
+   per session when that is higher (a wave of new sessions is a wave of tool loops minutes long).
 
 Up is immediate; down only after every sample of the last `scale_down_delay_s` asked for fewer, and
 then to the largest count any of them asked for (hysteresis: a burst between tool gaps keeps the
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentserve.planner.predict import Demand, Prediction, predict
 from agentserve.worker.timing import TimingModel
@@ -62,6 +64,21 @@ class Sample:
     waiting: int = 0  # requests queued at the routers or engines
     observed_ttft_s: float | None = None  # the window's TTFT (same quantile the target means)
     observed_itl_s: float | None = None
+    # Agent sessions come back: new sessions per second, and how many turns a session has had on
+    # average (None: none finished yet). Their product is the turn rate the sessions arriving now
+    # will bring once they are all in their tool loops — ahead of the turn rate observed so far.
+    session_rate: float = 0.0
+    turns_per_session: float | None = None
+
+    def planning_demand(self) -> Demand:
+        """The demand to plan for: the observed one, or the turn rate the sessions arriving now will
+        bring, whichever is higher (so a wave of new sessions scales up before their turns pile up)."""
+        if self.turns_per_session is None or self.session_rate <= 0:
+            return self.demand
+        coming = self.session_rate * self.turns_per_session
+        if coming <= self.demand.request_rate:
+            return self.demand
+        return replace(self.demand, request_rate=coming)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +108,9 @@ def needed(
     lowest = max(config.min_workers, min(floor, config.max_workers))
     ttft_goal = config.headroom * config.ttft_target_s
     itl_goal = config.headroom * config.itl_target_s
-    prediction = _corrected(predict(sample.demand, lowest, timing, chunk=config.chunk), fix)
+    prediction = _corrected(predict(sample.planning_demand(), lowest, timing, chunk=config.chunk), fix)
     for n in range(lowest, config.max_workers + 1):
-        prediction = _corrected(predict(sample.demand, n, timing, chunk=config.chunk), fix)
+        prediction = _corrected(predict(sample.planning_demand(), n, timing, chunk=config.chunk), fix)
         if prediction.ttft_s > ttft_goal or prediction.itl_s > itl_goal:
             continue
         if n > lowest:
@@ -139,7 +156,7 @@ def decide(
     need, reason, prediction = needed(latest, config, timing, fix)
     if latest.waiting > 0 and latest.ready_workers >= need and need < config.max_workers:
         need, reason = latest.ready_workers + 1, f"queue: {latest.waiting} requests waiting"
-        prediction = _corrected(predict(latest.demand, need, timing, chunk=config.chunk), fix)
+        prediction = _corrected(predict(latest.planning_demand(), need, timing, chunk=config.chunk), fix)
     have = latest.ready_workers if current is None else current
     desired = need
     if need < have:
@@ -155,7 +172,7 @@ def decide(
             reason = (
                 f"down: every sample of the last {config.scale_down_delay_s:.0f} s needed at most {desired}"
             )
-        prediction = _corrected(predict(latest.demand, desired, timing, chunk=config.chunk), fix)
+        prediction = _corrected(predict(latest.planning_demand(), desired, timing, chunk=config.chunk), fix)
     desired = min(max(desired, config.min_workers), config.max_workers)
     return Decision(
         now,

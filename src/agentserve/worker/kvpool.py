@@ -102,6 +102,13 @@ class KvPool:
         return self._num_free
 
     @property
+    def retained(self) -> int:
+        """Unreferenced blocks kept above the default class (retention: sessions in a tool gap, the
+        shared prefix) whose retention has not run out."""
+        self._expire()
+        return sum(len(cls) for prio, cls in self._free.items() if prio > RETENTION_PRIORITY_DEFAULT)
+
+    @property
     def host_used(self) -> int:
         return len(self._host)
 

@@ -51,8 +51,10 @@ def test_expired_retention_falls_back_to_the_default_class() -> None:
     cache(pool, kept, 90, duration=10.0)
     cache(pool, plain, 35)
     assert pool.priority_of(kept[0]) == 90
+    assert pool.retained == 2  # what the planner counts as held for sessions
     pool.now = 10.0
     assert pool.priority_of(kept[0]) == 35
+    assert pool.retained == 0
     # Expired blocks count as the least recently used of the default class.
     assert pool.allocate(2)
     assert all(h not in pool for h in kept) and all(h in pool for h in plain)

@@ -50,6 +50,34 @@ RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1
 
 ToolEventSource = Literal["http", "zmq"]
 
+# The harness a request came from, read from where its session id came from (`AgentIdentity.source`,
+# api/identity.py): a bounded enum, never the id itself.
+HARNESSES = ("claude-code", "codex", "opencode", "agentserve", "other", "none")
+_HARNESS_BY_SOURCE = {
+    "header:x-claude-code-session-id": "claude-code",
+    "header:x-claude-code-agent-id": "claude-code",
+    "metadata.user_id": "claude-code",
+    "header:session-id": "codex",
+    "header:thread-id": "codex",
+    "header:session_id": "codex",
+    "prompt_cache_key": "codex",
+    "header:x-session-id": "opencode",
+}
+
+
+def harness_of(source: str | None) -> str:
+    """`claude-code`, `codex`, `opencode`; `agentserve` for our own and Dynamo's headers and
+    `nvext.agent_context` (any harness can send them); `other` for any other source (a conversation
+    key); `none` without a session id."""
+    if source is None:
+        return "none"
+    harness = _HARNESS_BY_SOURCE.get(source)
+    if harness is not None:
+        return harness
+    if source.startswith(("header:x-agentserve-", "header:x-dynamo-", "nvext.")):
+        return "agentserve"
+    return "other"
+
 
 class _SinkCollector(Collector):
     """Trace sink counters, read from the sink at scrape time (the sink counts on its own thread)."""
@@ -107,6 +135,12 @@ class FrontendMetrics:
         am = ("api", "model")
         self.requests = Counter(
             f"{PREFIX}_requests", "Requests by API, model and final status.", [*am, "status"], registry=r
+        )
+        self.harness_requests = Counter(
+            f"{PREFIX}_harness_requests",
+            "Requests by API and the harness that sent them (from its session headers).",
+            ["api", "harness"],
+            registry=r,
         )
         self.inflight = Gauge(f"{PREFIX}_inflight_requests", "Requests in progress.", am, registry=r)
         self.ttft = Histogram(
@@ -238,6 +272,7 @@ class FrontendMetrics:
         if was_started:
             s.inflight.dec()
         self.requests.labels(api, model, record.status).inc()
+        self.harness_requests.labels(api, harness_of(record.identity_source)).inc()
         s.duration.observe(record.total_ms / 1000.0)
         if record.ttft_ms is not None:
             s.ttft.observe(record.ttft_ms / 1000.0)

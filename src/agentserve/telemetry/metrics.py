@@ -179,6 +179,21 @@ class FrontendMetrics:
         self.reasoning_tokens = Counter(
             f"{PREFIX}_reasoning_tokens", "Generated reasoning tokens.", am, registry=r
         )
+        # A returning turn: its session had a turn before (the drift detector compared the two). Its
+        # prompt should extend that turn, so its cache hit share should be high; a new volatile span
+        # in the prompt makes it collapse (alert AgentServeCacheHitShareCollapsed).
+        self.returning_input_tokens = Counter(
+            f"{PREFIX}_returning_input_tokens",
+            "Prompt tokens of returning turns (a session's second turn on).",
+            am,
+            registry=r,
+        )
+        self.returning_cached_tokens = Counter(
+            f"{PREFIX}_returning_cached_tokens",
+            "Prompt tokens of returning turns served from the prefix cache.",
+            am,
+            registry=r,
+        )
         self.cached_ratio = Histogram(
             f"{PREFIX}_cached_token_ratio",
             "Per request: cached / input tokens (the fleet ratio is rate(cached) / rate(input)).",
@@ -284,6 +299,9 @@ class FrontendMetrics:
         s.cached_tokens.inc(record.cached_tokens)
         s.output_tokens.inc(record.output_tokens)
         s.reasoning_tokens.inc(record.reasoning_tokens)
+        if record.drift is not None:  # a returning turn
+            self.returning_input_tokens.labels(api, model).inc(record.input_tokens)
+            self.returning_cached_tokens.labels(api, model).inc(record.cached_tokens)
         if record.input_tokens > 0:
             s.cached_ratio.observe(min(1.0, record.cached_tokens / record.input_tokens))
         for call in record.tool_calls:

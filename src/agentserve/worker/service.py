@@ -115,8 +115,10 @@ async def _stream_steps(
             await stream.aclose()
 
 
-class _EngineCollector(Collector):
-    def __init__(self, engine: Engine, model: str, publisher: KvEventPublisher | None, rate: _Rate) -> None:
+class EngineCollector(Collector):
+    """The worker's metrics, read from the engine's `load()` at scrape time."""
+
+    def __init__(self, engine: Engine, model: str, publisher: KvEventPublisher | None, rate: Rate) -> None:
         self.engine = engine
         self.model = model
         self.publisher = publisher
@@ -164,7 +166,7 @@ class _EngineCollector(Collector):
             yield counter("kv_events_published", "KV events published", self.publisher.events_published)
 
 
-class _Rate:
+class Rate:
     """Output tokens per second over the last sampling interval."""
 
     def __init__(self) -> None:
@@ -190,8 +192,8 @@ def create_app(
     """The worker app; its lifespan starts the engine (in the background: /health answers while a
     real model loads) and the KV event publisher, and stops both."""
     registry = CollectorRegistry(auto_describe=True)
-    rate = _Rate()
-    registry.register(_EngineCollector(engine, model, publisher, rate))
+    rate = Rate()
+    registry.register(EngineCollector(engine, model, publisher, rate))
     start_error: list[str] = []
 
     @asynccontextmanager

@@ -15,11 +15,11 @@ prometheus-operator sets on every target (`namespace`, `pod`, `service`, `endpoi
 
 from __future__ import annotations
 
-import zmq
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+import zmq
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
@@ -69,9 +69,7 @@ def _from_registry(registry: CollectorRegistry, component: Component) -> Iterato
     collectors: Iterable[Collector] = list(registry._collector_to_names)
     for collector in collectors:
         if isinstance(collector, MetricWrapperBase):
-            yield Family(
-                collector._name, collector._type, frozenset(collector._labelnames), component
-            )
+            yield Family(collector._name, collector._type, frozenset(collector._labelnames), component)
             continue
         for metric in collector.collect():
             labels = set(getattr(metric, "_labelnames", ()))

@@ -76,7 +76,8 @@ class Row:
 def _latency_panel(slo: SloTarget, title: str, description: str) -> Panel:
     return Panel(
         title,
-        description + f" The red line is the target ({slo.target_s * 1000:g} ms at p{slo.objective * 100:g}).",
+        description
+        + f" The red line is the target ({slo.target_s * 1000:g} ms at p{slo.objective * 100:g}).",
         [Target(quantile(q, slo.histogram), f"p{round(q * 100)}") for q in (0.5, 0.95, 0.99)],
         unit="s",
         threshold=slo.target_s,
@@ -110,7 +111,9 @@ ROWS: tuple[Row, ...] = (
                 "Requests answered with an error (client_error: the caller's; server_error, error: ours).",
                 [
                     Target(
-                        rate(F + "requests_total", 'status=~"client_error|server_error|error"', "api, status"),
+                        rate(
+                            F + "requests_total", 'status=~"client_error|server_error|error"', "api, status"
+                        ),
                         "{{api}} {{status}}",
                     )
                 ],
@@ -171,7 +174,10 @@ ROWS: tuple[Row, ...] = (
                 "Prompt tokens served from the KV cache, of turns whose session had a turn before: "
                 "near 1 when every turn extends the last. A fall means a prefix is being lost (see drift).",
                 [
-                    Target(ratio(F + "returning_cached_tokens_total", F + "returning_input_tokens_total"), "returning"),
+                    Target(
+                        ratio(F + "returning_cached_tokens_total", F + "returning_input_tokens_total"),
+                        "returning",
+                    ),
                     Target(ratio(F + "cached_tokens_total", F + "input_tokens_total"), "all requests"),
                 ],
                 unit="percentunit",
@@ -245,7 +251,11 @@ ROWS: tuple[Row, ...] = (
             Panel(
                 "Worker prefix cache hit rate",
                 "Cached prompt tokens / prompt tokens, per worker.",
-                [Target(ratio(W + "cached_prompt_tokens_total", W + "prompt_tokens_total", "pod"), "{{pod}}")],
+                [
+                    Target(
+                        ratio(W + "cached_prompt_tokens_total", W + "prompt_tokens_total", "pod"), "{{pod}}"
+                    )
+                ],
                 unit="percentunit",
                 max=1.0,
             ),

@@ -73,9 +73,8 @@ def burn(name: str, histogram: str, le: str, what: str) -> list[Case]:
 def saturated(usage: tuple[float, float]) -> dict[str, str]:
     series = {f"agentserve_router_queue_depth{{{ROUTER}}}": "3x30"}
     for i, u in enumerate(usage):
-        series[
-            f'agentserve_worker_kv_usage_ratio{{{SEL}, component="worker", pod="coder-worker-{i}", model="coder"}}'
-        ] = f"{u}x30"
+        worker = f'{SEL}, component="worker", pod="coder-worker-{i}", model="coder"'
+        series[f"agentserve_worker_kv_usage_ratio{{{worker}}}"] = f"{u}x30"
     return series
 
 

@@ -137,7 +137,8 @@ ALERTS: tuple[Alert, ...] = (
         f"or\nsum by ({BY}) (increase(agentserve_router_kv_restarts_total[30m])) > 3",
         "0m",
         "warning",
-        "{{ $labels.deployment }}: workers keep leaving or restarting ({{ $value | humanize }} in 30 minutes)",
+        "{{ $labels.deployment }}: workers keep leaving or restarting "
+        "({{ $value | humanize }} in 30 minutes)",
         "The router removed workers from routing, or saw their engines restart, more than 3 times in "
         "30 minutes. Each loses that worker's KV cache and moves its streams.",
     ),

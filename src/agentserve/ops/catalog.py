@@ -69,7 +69,9 @@ def _from_registry(registry: CollectorRegistry, component: Component) -> Iterato
     collectors: Iterable[Collector] = list(registry._collector_to_names)
     for collector in collectors:
         if isinstance(collector, MetricWrapperBase):
-            yield Family(collector._name, collector._type, frozenset(collector._labelnames), component)
+            kind = collector._type
+            assert kind is not None  # set by every concrete metric class
+            yield Family(collector._name, kind, frozenset(collector._labelnames), component)
             continue
         for metric in collector.collect():
             labels = set(getattr(metric, "_labelnames", ()))
@@ -93,7 +95,7 @@ def _router() -> Iterator[Family]:
     from agentserve.config import RouterConfig
     from agentserve.router.local import LocalRouter
 
-    router = LocalRouter(RouterConfig())
+    router = LocalRouter(RouterConfig.model_validate({}))
     router.fleet.removals["gone"] += 1  # the removals family names its label only in a sample
     yield from _from_registry(router.metrics.registry, "router")
 

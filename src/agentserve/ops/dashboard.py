@@ -244,8 +244,8 @@ ROWS: tuple[Row, ...] = (
                 "KV capacity",
                 "GPU and host-tier blocks per worker.",
                 [
-                    Target(f"sum by (pod) ({sel(W + 'kv_blocks_total')})", "{{pod}} GPU"),
-                    Target(f"sum by (pod) ({sel(W + 'kv_host_blocks_total')})", "{{pod}} host"),
+                    Target(f"sum by (pod) ({sel(W + 'kv_blocks_capacity')})", "{{pod}} GPU"),
+                    Target(f"sum by (pod) ({sel(W + 'kv_host_blocks_capacity')})", "{{pod}} host"),
                 ],
             ),
             Panel(

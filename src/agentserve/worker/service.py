@@ -143,10 +143,10 @@ class EngineCollector(Collector):
         yield gauge("requests_running", "Requests in the running batch", load.running)
         yield gauge("requests_waiting", "Requests waiting for admission", load.waiting)
         yield gauge("kv_blocks_used", "KV blocks referenced by running requests", load.kv_blocks_used)
-        yield gauge("kv_blocks_total", "KV blocks in the cache", load.kv_blocks_total)
+        yield gauge("kv_blocks_capacity", "KV blocks in the cache", load.kv_blocks_total)
         yield gauge("kv_blocks_cached", "Free KV blocks holding a reusable prefix", load.kv_blocks_cached)
         yield gauge("kv_host_blocks_used", "KV blocks in the host (CPU) tier", load.kv_host_blocks_used)
-        yield gauge("kv_host_blocks_total", "KV blocks the host tier holds", load.kv_host_blocks_total)
+        yield gauge("kv_host_blocks_capacity", "KV blocks the host tier holds", load.kv_host_blocks_total)
         yield gauge("kv_usage_ratio", "Used KV blocks / total KV blocks", load.kv_usage)
         yield gauge("prefix_cache_hit_rate", "Cached prompt tokens / prompt tokens", load.prefix_hit_rate)
         yield gauge(

@@ -35,6 +35,7 @@ from agentserve.config import FrontendConfig, RouterConfig, WorkerConfig
 from agentserve.frontend.app import create_app
 from agentserve.frontend.http import ApiKeys
 from agentserve.frontend.main import build_backend
+from agentserve.operator.metrics import OperatorMetrics
 from agentserve.ops import dashboard
 from agentserve.router.local import LocalRouter
 from agentserve.router.service import create_app as router_app
@@ -212,6 +213,25 @@ def test_promtool_check_metrics_is_clean(promtool: Promtool, scraped: Scraped, c
         assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), (
             result.stdout + result.stderr
         )
+
+
+def test_promtool_check_metrics_is_clean_on_the_operator(promtool: Promtool) -> None:
+    """The operator's `/metrics` body (handlers._serve_metrics answers `render()`), after a reconcile."""
+    metrics = OperatorMetrics()
+    metrics.record(
+        trigger="update",
+        result="ApplyFailed",
+        seconds=0.2,
+        applied=["Deployment", "Service"],
+        deleted=["ServiceMonitor"],
+        namespace="agents",
+        name="sim",
+        ready=False,
+    )
+    result = promtool.run("check", "metrics", stdin=metrics.render())
+    assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (
+        result.stdout + result.stderr
+    )
 
 
 def test_promtool_check_metrics_can_fail(promtool: Promtool) -> None:

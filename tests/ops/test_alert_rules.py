@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from promtool_runner import ROOT, Promtool
 
 from agentserve.ops.alerts import ALERTS, Alert
-from conftest import ROOT, Promtool
 
 RULES = ROOT / "charts" / "agentserve" / "files" / "agentserve-rules.yaml"
 AT = {"namespace": "agents", "deployment": "coder"}

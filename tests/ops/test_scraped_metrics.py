@@ -27,6 +27,7 @@ import httpx
 import openai
 import pytest
 import yaml
+from promtool_runner import Promtool
 from scrapes import Target, input_series
 from sim_scenarios import ANTHROPIC_TOOLS, CHAT_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, write_scenario
 from stack import serving
@@ -42,7 +43,6 @@ from agentserve.router.service import create_app as router_app
 from agentserve.worker.main import build_engine
 from agentserve.worker.publisher import KvEventPublisher
 from agentserve.worker.service import create_app as worker_app
-from conftest import Promtool
 
 NAMESPACE, DEPLOYMENT = "agents", "sim"
 RATE_WINDOW = "3m"  # $__rate_interval: covers the three scrapes, one minute apart, at the last one

@@ -72,6 +72,26 @@ def _service_monitor_errors(obj: dict[str, Any]) -> list[str]:
     return errors
 
 
+def _prometheus_rule_errors(obj: dict[str, Any]) -> list[str]:
+    """A PrometheusRule: named groups of rules, each an alert or a record with an expression (the
+    expressions themselves are promtool's to check: tests/ops)."""
+    errors = []
+    groups = (obj.get("spec") or {}).get("groups")
+    if not isinstance(groups, list) or not groups:
+        return ["spec.groups: required"]
+    for i, group in enumerate(groups):
+        if not group.get("name"):
+            errors.append(f"spec.groups[{i}].name: required")
+        for j, rule in enumerate(group.get("rules") or []):
+            if bool(rule.get("alert")) == bool(rule.get("record")):
+                errors.append(f"spec.groups[{i}].rules[{j}]: exactly one of alert and record")
+            if not isinstance(rule.get("expr"), str | int) or rule.get("expr") == "":
+                errors.append(f"spec.groups[{i}].rules[{j}].expr: required")
+    if not (obj.get("metadata") or {}).get("name"):
+        errors.append("metadata.name: required")
+    return errors
+
+
 def _peering_errors(obj: dict[str, Any]) -> list[str]:
     """kopf's peering objects (charts/agentserve/crds/kopf-peering.yaml): a name, nothing but status."""
     errors = []
@@ -94,6 +114,8 @@ def validation_errors(obj: dict[str, Any], version: str = KUBERNETES_VERSION) ->
         return _peering_errors(obj)
     if api_version.startswith("agentserve.dev/"):
         return crd_schema_errors(obj)
+    if api_version.startswith("monitoring.coreos.com/") and obj.get("kind") == "PrometheusRule":
+        return _prometheus_rule_errors(obj)
     if api_version.startswith("monitoring.coreos.com/"):
         return _service_monitor_errors(obj)
     try:

@@ -194,6 +194,20 @@ def _cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from agentserve.ops.dashboard import render
+
+    sys.stdout.write(render())
+    return 0
+
+
+def _cmd_alerts(args: argparse.Namespace) -> int:
+    from agentserve.ops.alerts import render
+
+    sys.stdout.write(render())
+    return 0
+
+
 def _cmd_manifests(args: argparse.Namespace) -> int:
     from agentserve.operator.manifests import ManifestError, render
 
@@ -472,6 +486,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_profile_arguments(p)
     p.set_defaults(handler=_cmd_profile)
+
+    p = sub.add_parser(
+        "dashboard",
+        help="print the Grafana dashboard (JSON) for agent serving",
+        description="Prints the Grafana dashboard the chart ships (dashboards.enabled): traffic by API "
+        "and harness, TTFT/ITL against targets, cache hit share of returning turns, prefix drift, tool "
+        "dispatch lead time, KV tiers, saturation, failover, state store. See docs/operations.md.",
+    )
+    p.set_defaults(handler=_cmd_dashboard)
+
+    p = sub.add_parser(
+        "alerts",
+        help="print the Prometheus alert rules (a rules file) for agent serving",
+        description="Prints the alert rules the chart ships as a PrometheusRule (prometheusRule.enabled), "
+        "as a plain Prometheus rules file. Each alert's runbook is in docs/operations.md.",
+    )
+    p.set_defaults(handler=_cmd_alerts)
     return parser
 
 

@@ -18,6 +18,8 @@ import yaml
 
 from agentserve.operator.build import CHILD_KINDS
 from agentserve.operator.crd import crd
+from agentserve.ops.alerts import groups
+from agentserve.ops.dashboard import dashboard
 from kubecheck import assert_valid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +73,7 @@ def test_helm_lint_strict() -> None:
     [
         (),
         ("serviceMonitor.enabled=true", "verbose=true"),
+        ("dashboards.enabled=true", "prometheusRule.enabled=true"),
         ("watchNamespaces={ai,research}", "crds.manage=false", "test.enabled=false"),
     ],
 )
@@ -232,3 +235,28 @@ def test_notes_explain_the_next_kubectl_apply() -> None:
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "kubectl apply -f examples/" in notes
     assert "kubectl wait --for=condition=Ready" in notes
+
+
+def test_dashboard_configmap_for_the_grafana_sidecar() -> None:
+    assert [c for c in by_kind(template(), "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")] == []
+    objs = template("dashboards.enabled=true", "dashboards.annotations.grafana_folder=agents")
+    assert_valid(objs)
+    (cm,) = [c for c in by_kind(objs, "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "agents"}
+    assert cm["metadata"]["namespace"] == "agentserve-system"
+    assert json.loads(cm["data"]["agentserve-dashboard.json"]) == dashboard()
+    elsewhere = template("dashboards.enabled=true", "dashboards.namespace=monitoring")
+    (moved,) = [c for c in by_kind(elsewhere, "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
+    assert moved["metadata"]["namespace"] == "monitoring"
+
+
+def test_prometheus_rule_carries_the_alerts() -> None:
+    assert by_kind(template(), "PrometheusRule") == []
+    objs = template("prometheusRule.enabled=true", "prometheusRule.labels.release=prom")
+    assert_valid(objs)
+    (rule,) = by_kind(objs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert rule["spec"] == {"groups": groups()}
+    # Helm does not template the rules: Prometheus's own {{ $labels.… }} reach it untouched.
+    assert "{{ $labels.deployment }}" in rule["spec"]["groups"][0]["rules"][0]["annotations"]["summary"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
 from typing import Any
 
 import pytest
@@ -280,3 +282,41 @@ def test_kubectl_scale_uses_the_scale_subresource(
     assert scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 3
     kube.kubectl("scale", "asd/sim", "-n", "agents", "--replicas=2")
     wait_for(lambda: len(_pods(kube, "agents", "sim", "worker")) == 2, 60, "2 sim workers")
+
+
+def _readme_kubernetes_block() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("<!-- e2e:readme-kubernetes -->", 1)[1].split("<!-- end:readme-kubernetes -->", 1)[0]
+    return block.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_kubernetes_commands_run_as_shown(
+    operator: Operator, examples: dict[str, dict[str, Any]]
+) -> None:
+    """The README's "On Kubernetes" block, line for line in one bash, against this control plane (the
+    chart fixture installed the same release: `helm upgrade --install` upgrades it)."""
+    kube = operator.kube
+    script = _readme_kubernetes_block()
+    assert "helm upgrade --install agentserve charts/agentserve" in script
+    env = {**kube.env, "PATH": f"{ROOT / '.tools' / 'bin'}:{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "http://sim-frontend.agents.svc:8000\n" in result.stdout
+    # The tuned field reached the frontend's config (the operator re-rendered the ConfigMap).
+    wait_for(
+        lambda: "kv_retention_session_seconds: 1800" in (
+            (kube.get("configmap", "sim-config", "agents") or {}).get("data", {}).get("frontend.yaml", "")
+        ),
+        60,
+        "the frontend config to carry the new retention",
+    )  # fmt: skip
+    status = json.loads(kube.helm("status", RELEASE, "-n", OPERATOR_NS, "-o", "json").stdout)
+    assert status["info"]["status"] == "deployed" and status["version"] >= 2

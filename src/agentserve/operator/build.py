@@ -1116,6 +1116,17 @@ def _network_policy(spec: AgentServingDeploymentSpec, target: Target) -> dict[st
     }
 
 
+# Labels every scraped series of a deployment gets (prometheus-operator relabelings): the dashboard's
+# `deployment` variable and the alerts group by them (agentserve.ops reads this table).
+SCRAPE_TARGET_LABELS: dict[str, str] = {"deployment": L_INSTANCE, "component": L_COMPONENT}
+
+
+def _meta_label(label: str) -> str:
+    """The service-discovery meta label of a Service label (`app.kubernetes.io/instance` →
+    `__meta_kubernetes_service_label_app_kubernetes_io_instance`)."""
+    return "__meta_kubernetes_service_label_" + "".join(c if c.isalnum() else "_" for c in label)
+
+
 def _service_monitor(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, Any]:
     sm = spec.observability.service_monitor
     meta = object_meta(target, target.name)
@@ -1127,7 +1138,17 @@ def _service_monitor(spec: AgentServingDeploymentSpec, target: Target) -> dict[s
         "spec": {
             "selector": {"matchLabels": {L_NAME: "agentserve", L_INSTANCE: target.name}},
             "namespaceSelector": {"matchNames": [target.namespace]},
-            "endpoints": [{"port": "http", "path": "/metrics", "interval": sm.interval}],
+            "endpoints": [
+                {
+                    "port": "http",
+                    "path": "/metrics",
+                    "interval": sm.interval,
+                    "relabelings": [
+                        {"sourceLabels": [_meta_label(label)], "targetLabel": name, "action": "replace"}
+                        for name, label in SCRAPE_TARGET_LABELS.items()
+                    ],
+                }
+            ],
         },
     }
 

@@ -50,6 +50,34 @@ RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1
 
 ToolEventSource = Literal["http", "zmq"]
 
+# The harness a request came from, read from where its session id came from (`AgentIdentity.source`,
+# api/identity.py): a bounded enum, never the id itself.
+HARNESSES = ("claude-code", "codex", "opencode", "agentserve", "other", "none")
+_HARNESS_BY_SOURCE = {
+    "header:x-claude-code-session-id": "claude-code",
+    "header:x-claude-code-agent-id": "claude-code",
+    "metadata.user_id": "claude-code",
+    "header:session-id": "codex",
+    "header:thread-id": "codex",
+    "header:session_id": "codex",
+    "prompt_cache_key": "codex",
+    "header:x-session-id": "opencode",
+}
+
+
+def harness_of(source: str | None) -> str:
+    """`claude-code`, `codex`, `opencode`; `agentserve` for our own and Dynamo's headers and
+    `nvext.agent_context` (any harness can send them); `other` for any other source (a conversation
+    key); `none` without a session id."""
+    if source is None:
+        return "none"
+    harness = _HARNESS_BY_SOURCE.get(source)
+    if harness is not None:
+        return harness
+    if source.startswith(("header:x-agentserve-", "header:x-dynamo-", "nvext.")):
+        return "agentserve"
+    return "other"
+
 
 class _SinkCollector(Collector):
     """Trace sink counters, read from the sink at scrape time (the sink counts on its own thread)."""
@@ -108,6 +136,12 @@ class FrontendMetrics:
         self.requests = Counter(
             f"{PREFIX}_requests", "Requests by API, model and final status.", [*am, "status"], registry=r
         )
+        self.harness_requests = Counter(
+            f"{PREFIX}_harness_requests",
+            "Requests by API and the harness that sent them (from its session headers).",
+            ["api", "harness"],
+            registry=r,
+        )
         self.inflight = Gauge(f"{PREFIX}_inflight_requests", "Requests in progress.", am, registry=r)
         self.ttft = Histogram(
             f"{PREFIX}_time_to_first_token_seconds",
@@ -144,6 +178,21 @@ class FrontendMetrics:
         self.output_tokens = Counter(f"{PREFIX}_output_tokens", "Generated tokens.", am, registry=r)
         self.reasoning_tokens = Counter(
             f"{PREFIX}_reasoning_tokens", "Generated reasoning tokens.", am, registry=r
+        )
+        # A returning turn: its session had a turn before (the drift detector compared the two). Its
+        # prompt should extend that turn, so its cache hit share should be high; a new volatile span
+        # in the prompt makes it collapse (alert AgentServeCacheHitShareCollapsed).
+        self.returning_input_tokens = Counter(
+            f"{PREFIX}_returning_input_tokens",
+            "Prompt tokens of returning turns (a session's second turn on).",
+            am,
+            registry=r,
+        )
+        self.returning_cached_tokens = Counter(
+            f"{PREFIX}_returning_cached_tokens",
+            "Prompt tokens of returning turns served from the prefix cache.",
+            am,
+            registry=r,
         )
         self.cached_ratio = Histogram(
             f"{PREFIX}_cached_token_ratio",
@@ -238,6 +287,7 @@ class FrontendMetrics:
         if was_started:
             s.inflight.dec()
         self.requests.labels(api, model, record.status).inc()
+        self.harness_requests.labels(api, harness_of(record.identity_source)).inc()
         s.duration.observe(record.total_ms / 1000.0)
         if record.ttft_ms is not None:
             s.ttft.observe(record.ttft_ms / 1000.0)
@@ -249,6 +299,9 @@ class FrontendMetrics:
         s.cached_tokens.inc(record.cached_tokens)
         s.output_tokens.inc(record.output_tokens)
         s.reasoning_tokens.inc(record.reasoning_tokens)
+        if record.drift is not None:  # a returning turn
+            self.returning_input_tokens.labels(api, model).inc(record.input_tokens)
+            self.returning_cached_tokens.labels(api, model).inc(record.cached_tokens)
         if record.input_tokens > 0:
             s.cached_ratio.observe(min(1.0, record.cached_tokens / record.input_tokens))
         for call in record.tool_calls:

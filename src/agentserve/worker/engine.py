@@ -210,6 +210,8 @@ class Load:
     kv_blocks_used: int  # blocks referenced by running requests
     kv_blocks_total: int
     kv_blocks_cached: int = 0  # free blocks still holding a reusable prefix (evictable)
+    kv_host_blocks_used: int = 0  # blocks held in the host (CPU) tier
+    kv_host_blocks_total: int = 0  # size of the host tier (0: none)
     # Cumulative counters since start (Prometheus counters are read from these).
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0

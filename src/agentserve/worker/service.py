@@ -115,8 +115,10 @@ async def _stream_steps(
             await stream.aclose()
 
 
-class _EngineCollector(Collector):
-    def __init__(self, engine: Engine, model: str, publisher: KvEventPublisher | None, rate: _Rate) -> None:
+class EngineCollector(Collector):
+    """The worker's metrics, read from the engine's `load()` at scrape time."""
+
+    def __init__(self, engine: Engine, model: str, publisher: KvEventPublisher | None, rate: Rate) -> None:
         self.engine = engine
         self.model = model
         self.publisher = publisher
@@ -141,8 +143,10 @@ class _EngineCollector(Collector):
         yield gauge("requests_running", "Requests in the running batch", load.running)
         yield gauge("requests_waiting", "Requests waiting for admission", load.waiting)
         yield gauge("kv_blocks_used", "KV blocks referenced by running requests", load.kv_blocks_used)
-        yield gauge("kv_blocks_total", "KV blocks in the cache", load.kv_blocks_total)
+        yield gauge("kv_blocks_capacity", "KV blocks in the cache", load.kv_blocks_total)
         yield gauge("kv_blocks_cached", "Free KV blocks holding a reusable prefix", load.kv_blocks_cached)
+        yield gauge("kv_host_blocks_used", "KV blocks in the host (CPU) tier", load.kv_host_blocks_used)
+        yield gauge("kv_host_blocks_capacity", "KV blocks the host tier holds", load.kv_host_blocks_total)
         yield gauge("kv_usage_ratio", "Used KV blocks / total KV blocks", load.kv_usage)
         yield gauge("prefix_cache_hit_rate", "Cached prompt tokens / prompt tokens", load.prefix_hit_rate)
         yield gauge(
@@ -162,7 +166,7 @@ class _EngineCollector(Collector):
             yield counter("kv_events_published", "KV events published", self.publisher.events_published)
 
 
-class _Rate:
+class Rate:
     """Output tokens per second over the last sampling interval."""
 
     def __init__(self) -> None:
@@ -190,8 +194,8 @@ def create_app(
     real model loads) and the KV event publisher, and stops both. `facts` (scheduler limits, the
     sim's clock) go out on /info for clients that measure the engine (`agentserve profile`)."""
     registry = CollectorRegistry(auto_describe=True)
-    rate = _Rate()
-    registry.register(_EngineCollector(engine, model, publisher, rate))
+    rate = Rate()
+    registry.register(EngineCollector(engine, model, publisher, rate))
     start_error: list[str] = []
     load_seconds: list[float] = []  # how long the engine took to start (model load), once started
 

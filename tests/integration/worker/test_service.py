@@ -203,7 +203,7 @@ async def test_health_ready_load_info_and_metrics(tokenizer: HFTokenizer) -> Non
             if line.startswith("agentserve_worker_")
         }
         assert metrics["agentserve_worker_requests_running"] == 0
-        assert metrics["agentserve_worker_kv_blocks_total"] == 512
+        assert metrics["agentserve_worker_kv_blocks_capacity"] == 512
         assert metrics["agentserve_worker_prompt_tokens_total"] == 2 * len(PROMPT)
         assert metrics["agentserve_worker_prefix_cache_hit_rate"] == pytest.approx(16 / 36)
         assert metrics["agentserve_worker_generation_tokens_total"] == load.generated_tokens

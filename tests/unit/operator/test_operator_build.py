@@ -654,7 +654,25 @@ def test_service_monitor() -> None:
         "coder",
     )
     assert sm["metadata"]["labels"]["release"] == "p"
-    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert {k: endpoint[k] for k in ("port", "path", "interval")} == {
+        "port": "http",
+        "path": "/metrics",
+        "interval": "15s",
+    }
+    # Every series carries the deployment and its component (the dashboard's variables, the alerts).
+    assert endpoint["relabelings"] == [
+        {
+            "sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_instance"],
+            "targetLabel": "deployment",
+            "action": "replace",
+        },
+        {
+            "sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_component"],
+            "targetLabel": "component",
+            "action": "replace",
+        },
+    ]
     assert sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "coder"
 
 

@@ -18,7 +18,7 @@ from agentserve.config import ALL_APIS, FrontendConfig
 from agentserve.conversation import TextDelta, ToolCallEnd, ToolCallError, ToolCallStart, Usage
 from agentserve.prompt.drift import DriftReport
 from agentserve.telemetry.hub import Telemetry
-from agentserve.telemetry.metrics import FrontendMetrics
+from agentserve.telemetry.metrics import HARNESSES, FrontendMetrics, harness_of
 from agentserve.telemetry.tool_events import DispatchIndex, parse_tool_event
 from agentserve.telemetry.trace import CALL_STATUSES, DRIFT_CAUSES, STATUSES, TraceBuilder, TraceRecord
 
@@ -170,6 +170,7 @@ ALLOWED_LABELS: dict[str, set[str]] = {
     "event_type": {"tool_start", "tool_end", "tool_error"},
     "source": {"http", "zmq"},
     "result": {"written", "dropped", "error"},
+    "harness": set(HARNESSES),
     "le": set(),  # bucket bounds: checked to be numbers
 }
 
@@ -218,3 +219,42 @@ def test_a_request_path_that_raises_still_ends_its_telemetry() -> None:
     with hub.request("r2", "chat", "m", t=0.0) as ok:
         ok.finished(Usage(1, 1), "stop", t=0.1)
     assert value(hub.metrics, "agentserve_frontend_requests_total", status="stop") == 1
+
+
+def test_the_harness_label_comes_from_where_the_session_id_came_from() -> None:
+    assert harness_of("header:x-claude-code-session-id") == "claude-code"
+    assert harness_of("header:x-claude-code-agent-id") == "claude-code"
+    assert harness_of("metadata.user_id") == "claude-code"
+    assert harness_of("header:session-id") == "codex"
+    assert harness_of("prompt_cache_key") == "codex"
+    assert harness_of("header:x-session-id") == "opencode"
+    assert harness_of("header:x-agentserve-session-id") == "agentserve"
+    assert harness_of("nvext.agent_context") == "agentserve"
+    assert harness_of("conversation") == "other"
+    assert harness_of(None) == "none"
+    assert {harness_of(s) for s in ("metadata.user_id", "header:thread-id", None, "x")} <= set(HARNESSES)
+
+
+def test_returning_turns_count_their_prompt_and_cache_hits_apart() -> None:
+    metrics = FrontendMetrics(["m"])
+    hub = Telemetry(metrics=metrics)
+    first = hub.request("r1", "anthropic", "m", t=0.0)
+    first.rendered(block_hashes=[], block_size=32, input_length=100, t=0.1)
+    first.finished(Usage(input_tokens=100, cached_tokens=0, output_tokens=5), "stop", t=1.0)
+    again = hub.request("r2", "anthropic", "m", t=2.0)
+    report = DriftReport(105, 105, 140, "", "", "")
+    again.rendered(block_hashes=[], block_size=32, input_length=140, drift=report, t=2.1)
+    again.finished(Usage(input_tokens=140, cached_tokens=96, output_tokens=5), "stop", t=3.0)
+
+    def value(name: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"api": "anthropic", "model": "m"})
+
+    assert value("agentserve_frontend_input_tokens_total") == 240
+    assert value("agentserve_frontend_returning_input_tokens_total") == 140
+    assert value("agentserve_frontend_returning_cached_tokens_total") == 96
+    assert (
+        metrics.registry.get_sample_value(
+            "agentserve_frontend_harness_requests_total", {"api": "anthropic", "harness": "none"}
+        )
+        == 2
+    )

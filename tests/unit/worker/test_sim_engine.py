@@ -345,3 +345,18 @@ async def test_push_mode_takes_the_same_steps_as_iteration(tokenizer: HFTokenize
         assert pushed_usage.output_tokens == pulled_usage.output_tokens
     finally:
         await sim.stop()
+
+
+async def test_load_reports_the_host_tier(tokenizer: HFTokenizer) -> None:
+    cfg = SimConfig(num_blocks=8, block_size=BS, speedup=0, host_blocks=16)
+    eng = SimEngine(cfg, tokenizer)
+    await eng.start()
+    try:
+        assert (eng.load().kv_host_blocks_used, eng.load().kv_host_blocks_total) == (0, 16)
+        # Prompts that do not share a prefix push each other's blocks out of the 8 GPU blocks: to host.
+        for i in range(4):
+            await collect(eng.generate(req(f"r{i}", [1000 + i, *PROMPT[1:]], max_tokens=4)))
+        load = eng.load()
+        assert 0 < load.kv_host_blocks_used <= 16
+    finally:
+        await eng.stop()

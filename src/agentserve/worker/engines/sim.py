@@ -273,6 +273,8 @@ class SimEngine:
             kv_blocks_used=self.pool.used,
             kv_blocks_total=self.pool.num_blocks,
             kv_blocks_cached=self.pool.cached_free,
+            kv_host_blocks_used=self.pool.host_used,
+            kv_host_blocks_total=self.pool.host_blocks,
             prompt_tokens=s.prompt_tokens,
             cached_prompt_tokens=s.cached_prompt_tokens,
             generated_tokens=s.generated_tokens,

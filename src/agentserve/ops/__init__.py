@@ -1,0 +1,1 @@
+"""Operations: the Grafana dashboard, the alert rules and what they may name (docs/operations.md)."""

@@ -14,8 +14,9 @@ from test_cli_worker import ROOT, free_port, worker
 from agentserve.worker.profiles import load_profile
 
 H200 = "h200-qwen3-30b-a3b-pytorch"
-# The round trip's tolerance on the coefficients a short sweep pins down (a sim at speedup 2 on a
-# loaded 2-core machine; measured: within 2 % on a quiet one).
+# The round trip's tolerance on the coefficients a short sweep pins down and on the iterations it
+# measured (a sim at its real speed on a loaded 2-core machine, where a request's overhead lands in
+# the short prefills; measured: within 2 % on a quiet one).
 TOLERANCE = 0.15
 
 
@@ -48,7 +49,7 @@ def test_profiling_a_sim_worker_recovers_its_own_profile(tmp_path: Path) -> None
     port = free_port()
     proc = worker(
         "--engine", "sim", "--port", str(port), "--kv-events-port", str(free_port()),
-        "--sim-profile", H200, "--sim-speedup", "2",
+        "--sim-profile", H200, "--sim-speedup", "1",
     )  # fmt: skip
     try:
         wait_ready(port)
@@ -72,7 +73,7 @@ def test_profiling_a_sim_worker_recovers_its_own_profile(tmp_path: Path) -> None
         assert getattr(measured.timing, name) == pytest.approx(getattr(truth, name), rel=TOLERANCE), name
     # The fitted model predicts the sim's true iteration times of everything measured.
     for m in measured.measurements:
-        assert m.predicted(measured.timing) == pytest.approx(m.predicted(truth), rel=0.10), m.label
+        assert m.predicted(measured.timing) == pytest.approx(m.predicted(truth), rel=TOLERANCE), m.label
     # The table of measured vs modelled is printed; the plot is written where matplotlib exists.
     assert "worst |error|" in done.stderr
     assert png.exists() or "matplotlib is not installed" in done.stderr

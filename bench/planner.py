@@ -65,8 +65,8 @@ WINDOW_S = 60.0  # the planner's demand window
 @dataclass(frozen=True, slots=True)
 class Trace:
     minutes: float = 40.0
-    base_rate: float = 1.5  # new sessions per minute
-    peak_rate: float = 18.0  # during a wave (12×)
+    base_rate: float = 4.0  # new sessions per minute
+    peak_rate: float = 48.0  # during a wave (12×)
     waves: tuple[tuple[float, float], ...] = ((8.0, 6.0), (24.0, 6.0))  # (start, length) in minutes
     prefixes: tuple[int, ...] = (12_000, 16_000, 20_000)  # agent types: system + tools tokens
     first_tokens: int = 1500
@@ -411,7 +411,7 @@ def main() -> int:
     ap.add_argument("--ttft-target", type=float, default=3.0, help="seconds (p90 is planned)")
     ap.add_argument("--itl-target", type=float, default=0.1, help="seconds, mean per turn")
     ap.add_argument("--interval", type=float, default=10.0, help="planner interval, sim seconds")
-    ap.add_argument("--scale-down-delay", type=float, default=180.0, help="sim seconds")
+    ap.add_argument("--scale-down-delay", type=float, default=120.0, help="sim seconds")
     ap.add_argument("--kv-blocks", type=int, default=20_000, help="KV blocks per worker (H200: ~20K)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(

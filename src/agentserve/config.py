@@ -214,6 +214,47 @@ class UpConfig(FrontendConfig):
     sim_host_kv_blocks: int = Field(
         0, ge=0, description="host-tier KV blocks of each sim worker (0: no host tier)"
     )
+    autoscale: str | None = Field(
+        None,
+        description="MIN:MAX: the planner scales the sim workers between MIN and MAX to hold the TTFT "
+        "and ITL targets (default: a fixed --workers)",
+    )
+    ttft_target_ms: float = Field(2000.0, gt=0, description="the planner's TTFT target (ms)")
+    itl_target_ms: float = Field(100.0, gt=0, description="the planner's ITL target (ms)")
+    planner_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="seconds between the planner's decisions (sim seconds, as every planner duration)",
+    )
+    scale_down_delay_s: float = Field(
+        60.0,
+        ge=0,
+        description="seconds every decision must ask for fewer workers before one goes (sim seconds)",
+    )
+    sim_model_load_s: float | None = Field(
+        None,
+        ge=0,
+        description="model load time of a worker the planner adds, in sim seconds (default: the profile's)",
+    )
+
+    @field_validator("autoscale")
+    @classmethod
+    def _autoscale(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        low, sep, high = value.partition(":")
+        if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+            raise ValueError(f"{value!r}: expected MIN:MAX worker counts, e.g. 1:4")
+        if not 1 <= int(low) <= int(high) <= 64:
+            raise ValueError(f"{value!r}: need 1 <= MIN <= MAX <= 64")
+        return f"{int(low)}:{int(high)}"
+
+    @property
+    def autoscale_range(self) -> tuple[int, int] | None:
+        if self.autoscale is None:
+            return None
+        low, _, high = self.autoscale.partition(":")
+        return int(low), int(high)
 
 
 class RouterConfig(_Config):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentserve.config import FrontendConfig, RouterConfig
@@ -73,19 +74,57 @@ class EngineBackend:
         self.dispatcher = Dispatcher(
             self.router, lambda: self._transports, max_attempts=max_attempts, max_migrations=max_migrations
         )
-        self._feeds: list[asyncio.Task[None]] = []
+        self._feeds: dict[str, asyncio.Task[None]] = {}
+        self._companions: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self._companion_tasks: list[asyncio.Task[None]] = []
         self._started = False
+
+    def run_beside(self, companion: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `companion()` while the backend runs (the local planner), cancelled at stop."""
+        self._companions.append(companion)
 
     async def start(self) -> None:
         if self._started:
             return
         self._started = True
         for worker, engine in self.engines.items():
-            # Subscribe before the engine starts, so its first event (`cleared`, seq 1) is seen.
-            events = engine.kv_events()
-            await engine.start()
-            self.router.add_worker(worker)
-            self._feeds.append(asyncio.create_task(self._feed(worker, engine, events), name=f"kv-{worker}"))
+            await self._start_engine(worker, engine)
+        self._companion_tasks = [asyncio.create_task(c(), name="backend-companion") for c in self._companions]
+
+    async def _start_engine(self, worker: str, engine: Engine) -> None:
+        # Subscribe before the engine starts, so its first event (`cleared`, seq 1) is seen.
+        events = engine.kv_events()
+        self._feeds[worker] = asyncio.create_task(self._feed(worker, engine, events), name=f"kv-{worker}")
+        await engine.start()
+        self.router.add_worker(worker)
+
+    async def add_engine(self, worker: str, engine: Engine) -> None:
+        """One more in-process engine: started (a sim's model load takes its time), then routed to."""
+        if worker in self.engines:
+            raise ValueError(f"worker {worker!r} exists")
+        self.engines[worker] = engine
+        self._transports[worker] = EngineTransport(engine)
+        await self._start_engine(worker, engine)
+
+    async def remove_engine(self, worker: str, grace_s: float = 120.0) -> None:
+        """Take `worker` out: no new requests from now on, its running ones finish (within `grace_s`;
+        the rest are aborted), then it stops."""
+        self.router.remove_worker(worker)
+        engine = self.engines[worker]
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            load = engine.load()
+            if load.running + load.waiting == 0:
+                break
+            await asyncio.sleep(0.05)
+        await engine.stop()
+        feed = self._feeds.pop(worker, None)
+        if feed is not None:
+            feed.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feed
+        del self.engines[worker]
+        del self._transports[worker]
 
     async def _feed(self, worker: str, engine: Engine, events: Any) -> None:
         batch: list[KvEvent]
@@ -95,12 +134,14 @@ class EngineBackend:
                 self.router.resync(worker, engine.kv_snapshot())
 
     async def stop(self) -> None:
-        for task in self._feeds:
+        tasks = [*self._companion_tasks, *self._feeds.values()]
+        for task in tasks:
             task.cancel()
-        for task in self._feeds:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._feeds.clear()
+        self._companion_tasks.clear()
         for engine in self.engines.values():
             await engine.stop()
         self._started = False

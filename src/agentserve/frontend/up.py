@@ -76,8 +76,8 @@ def load_pipeline(config: FrontendConfig) -> PromptPipeline:
         raise ConfigError(str(exc)) from exc
 
 
-def sim_engines(config: UpConfig, pipeline: PromptPipeline) -> dict[str, Engine]:
-    worker = WorkerConfig.model_validate(
+def sim_worker_config(config: UpConfig, pipeline: PromptPipeline) -> WorkerConfig:
+    return WorkerConfig.model_validate(
         {
             "engine": "sim",
             "model": config.model,
@@ -94,7 +94,58 @@ def sim_engines(config: UpConfig, pipeline: PromptPipeline) -> dict[str, Engine]
             "sim_script": config.script,
         }
     )
-    return {f"sim-{i}": build_engine(worker) for i in range(config.workers)}
+
+
+def sim_engines(config: UpConfig, pipeline: PromptPipeline) -> dict[str, Engine]:
+    worker = sim_worker_config(config, pipeline)
+    count = config.autoscale_range[0] if config.autoscale_range else config.workers
+    return {f"sim-{i}": build_engine(worker) for i in range(count)}
+
+
+def attach_planner(config: UpConfig, app: FastAPI, backend: EngineBackend, pipeline: PromptPipeline) -> None:
+    """`--autoscale MIN:MAX`: the planner runs beside the backend and adds or removes sim workers."""
+    from dataclasses import replace
+
+    from agentserve.planner.decide import PlannerConfig
+    from agentserve.planner.local import LocalPlanner, PlannerMetrics
+    from agentserve.worker.engines.sim import SimEngine
+    from agentserve.worker.main import sim_timing
+
+    bounds = config.autoscale_range
+    assert bounds is not None
+    worker = sim_worker_config(config, pipeline)
+    timing = sim_timing(config.sim_profile)
+    load_s = config.sim_model_load_s if config.sim_model_load_s is not None else timing.model_load_s
+
+    def make_engine() -> Engine:
+        engine = build_engine(worker)
+        assert isinstance(engine, SimEngine)
+        engine.config = replace(engine.config, load_delay_s=load_s)
+        return engine
+
+    planner_config = PlannerConfig(
+        min_workers=bounds[0],
+        max_workers=bounds[1],
+        ttft_target_s=config.ttft_target_ms / 1000,
+        itl_target_s=config.itl_target_ms / 1000,
+        kv_blocks_per_worker=config.sim_kv_blocks,
+        scale_down_delay_s=config.scale_down_delay_s,
+    )
+    speedup = config.sim_speedup
+    if speedup <= 0 or speedup == float("inf"):
+        raise ConfigError("autoscale needs a sim that keeps time: set --sim-speedup to a positive number")
+    metrics = PlannerMetrics(app.state.frontend.telemetry.metrics.registry)
+    planner = LocalPlanner(
+        backend,
+        make_engine,
+        planner_config,
+        timing,
+        interval_s=config.planner_interval_s,
+        metrics=metrics,
+        time_scale=speedup,
+    )
+    app.state.planner = planner
+    backend.run_beside(planner.run)
 
 
 def build_up(
@@ -111,6 +162,8 @@ def build_up(
     except OSError as exc:
         raise ConfigError(f"cannot read api_keys_file: {exc}") from exc
     app = create_app(config, backend, pipeline=pipeline, signer=load_signer(config), keys=keys)
+    if config.autoscale_range is not None:
+        attach_planner(config, app, backend, pipeline)
     return app, backend
 
 
@@ -144,6 +197,13 @@ async def serve(
 
 def up_banner(config: UpConfig, keys_required: bool) -> Callable[[str], str]:
     workers = f"{config.workers} sim worker{'s' if config.workers != 1 else ''}"
+    if config.autoscale_range is not None:
+        low, high = config.autoscale_range
+        workers = (
+            f"{low} to {high} sim workers (planner: TTFT {config.ttft_target_ms:.0f} ms, ITL "
+            f"{config.itl_target_ms:.0f} ms; desired and ready workers on /metrics as "
+            "agentserve_planner_desired_workers / _ready_workers)"
+        )
 
     def banner(base_url: str) -> str:
         head = f"agentserve is up at {base_url}: model {config.model}, {workers}, embedded router.\n\n"

@@ -210,6 +210,9 @@ class Load:
     kv_blocks_used: int  # blocks referenced by running requests
     kv_blocks_total: int
     kv_blocks_cached: int = 0  # free blocks still holding a reusable prefix (evictable)
+    # Of those, blocks kept above the default priority (agent sessions in a tool gap, the shared
+    # prefix): what the planner will not scale below.
+    kv_blocks_retained: int = 0
     kv_host_blocks_used: int = 0  # blocks held in the host (CPU) tier
     kv_host_blocks_total: int = 0  # size of the host tier (0: none)
     # Cumulative counters since start (Prometheus counters are read from these).

@@ -145,6 +145,11 @@ class EngineCollector(Collector):
         yield gauge("kv_blocks_used", "KV blocks referenced by running requests", load.kv_blocks_used)
         yield gauge("kv_blocks_capacity", "KV blocks in the cache", load.kv_blocks_total)
         yield gauge("kv_blocks_cached", "Free KV blocks holding a reusable prefix", load.kv_blocks_cached)
+        yield gauge(
+            "kv_blocks_retained",
+            "Free KV blocks kept above the default priority (sessions in a tool gap, the shared prefix)",
+            load.kv_blocks_retained,
+        )
         yield gauge("kv_host_blocks_used", "KV blocks in the host (CPU) tier", load.kv_host_blocks_used)
         yield gauge("kv_host_blocks_capacity", "KV blocks the host tier holds", load.kv_host_blocks_total)
         yield gauge("kv_usage_ratio", "Used KV blocks / total KV blocks", load.kv_usage)

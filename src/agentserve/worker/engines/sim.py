@@ -55,6 +55,7 @@ class SimConfig:
     speedup: float = 1.0  # simulated seconds per real second; 0 or inf: no waiting
     zero_time_slice_s: float = 5e-3  # run iterations this long between yields (no waiting, or behind)
     catch_up_s: float = 0.05  # at most this much wall time behind the simulated clock is caught up
+    load_delay_s: float = 0.0  # simulated model load: `start` takes this long (÷ speedup) to be ready
 
     @property
     def zero_time(self) -> bool:
@@ -211,6 +212,8 @@ class SimEngine:
         self.pool.clear()  # subscribers learn that this engine starts empty
         self._publish(self.pool.take_events())
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+        if self.config.load_delay_s > 0 and not self.config.zero_time:
+            await asyncio.sleep(self.config.load_delay_s / self.config.speedup)
         self._ready = True
 
     async def stop(self) -> None:
@@ -273,6 +276,7 @@ class SimEngine:
             kv_blocks_used=self.pool.used,
             kv_blocks_total=self.pool.num_blocks,
             kv_blocks_cached=self.pool.cached_free,
+            kv_blocks_retained=self.pool.retained,
             kv_host_blocks_used=self.pool.host_used,
             kv_host_blocks_total=self.pool.host_blocks,
             prompt_tokens=s.prompt_tokens,

@@ -1,0 +1,222 @@
+"""The planner over in-process sim workers (`agentserve up --autoscale MIN:MAX`): the I/O edge.
+
+Every interval it reads each engine's `Load` (counters since start, running and waiting requests,
+KV blocks in use and retained for sessions), turns the counters' growth since the last reading into
+the demand (`Demand`: requests finished per second, their uncached and cached prompt tokens, output
+tokens), calls `decide`, and applies the decision: new sim workers start with the profile's model
+load time before the router sees them; the workers `choose_removals` picks leave the router at once
+and stop once their running requests end. Decisions go to the log and to `/metrics`.
+
+Not read here (yet): observed TTFT/ITL (no correction of the model) and new sessions per second
+(no session forecast); the bench (`bench/planner.py`) has both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from agentserve.frontend.backend import EngineBackend
+from agentserve.planner.decide import Decision, PlannerConfig, Sample, WorkerState, choose_removals, decide
+from agentserve.planner.predict import Demand
+from agentserve.worker.engine import Engine, Load
+from agentserve.worker.timing import TimingModel
+
+log = logging.getLogger("agentserve.planner")
+HISTORY = 720  # samples kept (an hour at 5 s)
+
+
+class PlannerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        p = "agentserve_planner"
+        self.desired = Gauge(f"{p}_desired_workers", "Workers the planner asks for.", registry=registry)
+        self.ready = Gauge(f"{p}_ready_workers", "Workers serving (loaded, not draining).", registry=registry)
+        self.loading = Gauge(f"{p}_loading_workers", "Workers loading their model.", registry=registry)
+        self.draining = Gauge(
+            f"{p}_draining_workers", "Workers finishing their requests before they go.", registry=registry
+        )
+        self.kv_floor = Gauge(
+            f"{p}_kv_floor_workers", "Workers the active and retained KV blocks need.", registry=registry
+        )
+        self.predicted = Gauge(
+            f"{p}_predicted_seconds",
+            "Predicted TTFT and ITL at the desired count.",
+            ["latency"],
+            registry=registry,
+        )
+        self.decisions = Counter(f"{p}_decisions", "Decisions by reason.", ["reason"], registry=registry)
+
+
+@dataclass(slots=True)
+class _Totals:
+    finished: int = 0
+    prompt: int = 0
+    cached: int = 0
+    generated: int = 0
+
+
+class LocalPlanner:
+    def __init__(
+        self,
+        backend: EngineBackend,
+        make_engine: Callable[[], Engine],
+        config: PlannerConfig,
+        timing: TimingModel,
+        *,
+        interval_s: float = 5.0,
+        metrics: PlannerMetrics | None = None,
+        time_scale: float = 1.0,
+    ) -> None:
+        """`interval_s` and every duration the planner reasons about (its config's delay, the demand
+        per second) are on the engines' clock: a sim at `--sim-speedup S` runs `time_scale` S, so
+        the planner wakes every `interval_s / S` wall seconds and reads time as wall × S."""
+        self.backend = backend
+        self.make_engine = make_engine
+        self.config = config
+        self.timing = timing
+        self.interval_s = interval_s
+        self.metrics = metrics
+        if not 0 < time_scale < float("inf"):
+            raise ValueError("the planner needs engines that keep time (a finite, positive time scale)")
+        self.time_scale = time_scale
+        self.history: list[Sample] = []
+        self.decisions: list[Decision] = []
+        self.desired = len(backend.engines)
+        self._seen: dict[str, _Totals] = {}
+        self._last_at: float | None = None
+        self._loading: set[str] = set()
+        self._draining: set[str] = set()
+        self._names = itertools.count(len(backend.engines))
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.interval_s / self.time_scale)
+                await self.step()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in list(self._tasks):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def step(self) -> Decision:
+        sample = self.sample()
+        self.history = [*self.history[-(HISTORY - 1) :], sample]
+        decision = decide(self.history, self.config, self.timing, current=self.desired)
+        self.decisions = [*self.decisions[-(HISTORY - 1) :], decision]
+        if decision.desired != self.desired:
+            log.info(
+                "planner: %d -> %d workers (%s; predicted TTFT %.0f ms, ITL %.0f ms)",
+                self.desired,
+                decision.desired,
+                decision.reason,
+                decision.predicted.ttft_s * 1e3,
+                decision.predicted.itl_s * 1e3,
+            )
+        self.desired = decision.desired
+        self.apply(decision)
+        self._export(decision)
+        return decision
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def serving(self) -> list[str]:
+        return [w for w in self.backend.engines if w not in self._loading and w not in self._draining]
+
+    def sample(self) -> Sample:
+        now = time.monotonic() * self.time_scale
+        loads = {w: e.load() for w, e in self.backend.engines.items()}
+        grown = _Totals()
+        for worker, load in loads.items():
+            before = self._seen.get(worker, _Totals())
+            grown.finished += max(load.requests_finished - before.finished, 0)
+            grown.prompt += max(load.prompt_tokens - before.prompt, 0)
+            grown.cached += max(load.cached_prompt_tokens - before.cached, 0)
+            grown.generated += max(load.generated_tokens - before.generated, 0)
+            self._seen[worker] = _Totals(
+                load.requests_finished, load.prompt_tokens, load.cached_prompt_tokens, load.generated_tokens
+            )
+        elapsed = now - self._last_at if self._last_at is not None else self.interval_s
+        self._last_at = now
+        return Sample(
+            at=now,
+            ready_workers=len(self.serving()),
+            demand=_demand(grown, elapsed),
+            kv_active_blocks=sum(load.kv_blocks_used for load in loads.values()),
+            kv_retained_blocks=sum(load.kv_blocks_retained for load in loads.values()),
+            waiting=sum(load.waiting for load in loads.values()),
+        )
+
+    # -- acting -----------------------------------------------------------------------------------
+
+    def apply(self, decision: Decision) -> None:
+        serving = self.serving()
+        have = len(serving) + len(self._loading)
+        if decision.desired > have:
+            for _ in range(decision.desired - have):
+                self._spawn(self._add(f"sim-{next(self._names)}"))
+        elif decision.desired < len(serving):
+            loads: dict[str, Load] = {w: self.backend.engines[w].load() for w in serving}
+            states = [WorkerState(w, x.kv_blocks_retained, x.running + x.waiting) for w, x in loads.items()]
+            for worker in choose_removals(states, len(serving) - decision.desired):
+                self._spawn(self._remove(worker))
+
+    async def _add(self, worker: str) -> None:
+        self._loading.add(worker)
+        try:
+            await self.backend.add_engine(worker, self.make_engine())
+        finally:
+            self._loading.discard(worker)
+        log.info("planner: %s is ready", worker)
+
+    async def _remove(self, worker: str) -> None:
+        self._draining.add(worker)
+        try:
+            await self.backend.remove_engine(worker)
+        finally:
+            self._draining.discard(worker)
+        log.info("planner: %s drained and stopped", worker)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _export(self, decision: Decision) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        m.desired.set(decision.desired)
+        m.ready.set(len(self.serving()))
+        m.loading.set(len(self._loading))
+        m.draining.set(len(self._draining))
+        m.kv_floor.set(decision.kv_floor)
+        m.predicted.labels("ttft").set(decision.predicted.ttft_s)
+        m.predicted.labels("itl").set(decision.predicted.itl_s)
+        m.decisions.labels(decision.reason.split(":")[0]).inc()
+
+
+def _demand(grown: _Totals, elapsed: float) -> Demand:
+    if grown.finished == 0 or elapsed <= 0:
+        return Demand(0.0, 1.0, 0.0, 1.0, 1.0)
+    n = grown.finished
+    output = grown.generated / n
+    return Demand(
+        request_rate=n / elapsed,
+        uncached_tokens=max((grown.prompt - grown.cached) / n, 1.0),
+        cached_tokens=grown.cached / n,
+        output_tokens=max(output, 1.0),
+        context_tokens=grown.prompt / n + output / 2,
+    )

@@ -425,9 +425,9 @@ def main() -> int:
         action="store_true",
         help="also the planner without the session forecast (turn rate only)",
     )
-    ap.add_argument("--base-rate", type=float, default=Trace.base_rate, help="new sessions per minute")
+    ap.add_argument("--base-rate", type=float, default=Trace().base_rate, help="new sessions per minute")
     ap.add_argument(
-        "--peak-rate", type=float, default=Trace.peak_rate, help="new sessions per minute in a wave"
+        "--peak-rate", type=float, default=Trace().peak_rate, help="new sessions per minute in a wave"
     )
     args = ap.parse_args()
     trace = Trace(base_rate=args.base_rate, peak_rate=args.peak_rate, seed=args.seed)

@@ -14,7 +14,7 @@ check that both agree.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -37,36 +37,32 @@ SHORT_NAMES = ("asd",)
 B200_PRODUCT = "NVIDIA-B200"
 GPU_RESOURCE = "nvidia.com/gpu"
 
+
+def _named(names: Sequence[str], what: str) -> AfterValidator:
+    """A validator refusing a string not in `names` (the CRD has them as an enum too, so the API
+    server refuses it first; this is the same check for specs read elsewhere)."""
+
+    def check(name: str) -> str:
+        if name not in names:
+            raise ValueError(f"unknown {what} {name!r}; known: {', '.join(names)}")
+        return name
+
+    return AfterValidator(check)
+
+
 # A family name or alias from the registry (agentserve.families): an enum in the CRD, so the API
 # server refuses an unknown family before the frontend would exit on it at start.
 _FAMILY_NAMES = family_names()
-
-
-def _known_family(name: str) -> str:
-    if name not in _FAMILY_NAMES:
-        raise ValueError(f"unknown model family {name!r}; known: {', '.join(_FAMILY_NAMES)}")
-    return name
-
-
 FamilyName = Annotated[
     str,
-    AfterValidator(_known_family),
+    _one_of(_FAMILY_NAMES, "model family"),
     WithJsonSchema({"type": "string", "enum": list(_FAMILY_NAMES)}),
 ]
-
-# The engine profiles that ship in the image (agentserve.worker.profiles): an enum in the CRD.
+# The engine profiles that ship in the image (agentserve.worker.profiles).
 _PROFILE_NAMES = shipped_profiles()
-
-
-def _known_profile(name: str) -> str:
-    if name not in _PROFILE_NAMES:
-        raise ValueError(f"unknown engine profile {name!r}; shipped: {', '.join(_PROFILE_NAMES)}")
-    return name
-
-
 ProfileName = Annotated[
     str,
-    AfterValidator(_known_profile),
+    _named(_PROFILE_NAMES, "engine profile"),
     WithJsonSchema({"type": "string", "enum": list(_PROFILE_NAMES)}),
 ]
 

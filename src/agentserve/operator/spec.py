@@ -55,7 +55,7 @@ def _named(names: Sequence[str], what: str) -> AfterValidator:
 _FAMILY_NAMES = family_names()
 FamilyName = Annotated[
     str,
-    _one_of(_FAMILY_NAMES, "model family"),
+    _named(_FAMILY_NAMES, "model family"),
     WithJsonSchema({"type": "string", "enum": list(_FAMILY_NAMES)}),
 ]
 # The engine profiles that ship in the image (agentserve.worker.profiles).

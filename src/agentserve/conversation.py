@@ -94,6 +94,7 @@ class ToolSpec:
     name: str
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)  # JSON schema of the arguments object
+    strict: bool = False  # the arguments must match `parameters` (enforced by the constraint)
 
 
 @dataclass(frozen=True, slots=True)

@@ -187,7 +187,10 @@ def source(
     return "\n".join(head + rules) + "\n"
 
 
-def json_only(body: Plan, grammar: ToolGrammar | None, starts_in_reasoning: bool, thinking: bool | None) -> bool:
+def json_only(
+    body: Plan, grammar: ToolGrammar | None, starts_in_reasoning: bool, thinking: bool | None
+) -> bool:
     """The output is exactly one JSON value (no reasoning block, no calls, no text)."""
-    reasons = grammar is not None and grammar.think is not None and (starts_in_reasoning or thinking is not False)
+    thinks = starts_in_reasoning or thinking is not False
+    reasons = grammar is not None and grammar.think is not None and thinks
     return body.json_schema is not None and body.count is None and not body.text and not reasons

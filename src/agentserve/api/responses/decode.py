@@ -357,7 +357,9 @@ def decode_responses(
         )
     for name in tool_choice.allowed or ():
         if name not in d.tool_kinds:
-            raise InvalidRequestError(f"Tool choice {name!r} not found in 'tools' parameter.", param="tool_choice")
+            raise InvalidRequestError(
+                f"Tool choice {name!r} not found in 'tools' parameter.", param="tool_choice"
+            )
     if tool_choice.mode == "named" and tool_choice.name not in d.tool_kinds:
         raise InvalidRequestError(
             f"Tool choice {tool_choice.name!r} not found in 'tools' parameter.", param="tool_choice"

@@ -54,6 +54,7 @@ class GrammarEngine:
         self._tokenizers: dict[tuple[int, ...], LLTokenizer] = {}
         self._compiled: OrderedDict[tuple[str, tuple[int, ...]], LLMatcher | str] = OrderedDict()
         self._preferred: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._closing: dict[tuple[int, ...], frozenset[int]] = {}
         self._lock = threading.Lock()
         self.compiles = 0  # grammars compiled (cache misses), for tests and the benchmark
 
@@ -117,11 +118,14 @@ class GrammarEngine:
                 found = tok.tokenize_str(text)
                 if len(found) == 1:
                     ids.append(found[0])
+            markers: list[int] = []
             for token in range(tok.vocab_size):
                 if tok.is_special_token(token):
                     text = tok.decode_str([token]).lower()
                     if text.startswith(("</", "[/")) or "end" in text:
-                        ids.append(token)
+                        markers.append(token)
+            ids += markers
+            self._closing[eos] = frozenset(markers)
             for text in _FILLERS:
                 found = tok.tokenize_str(text)
                 if len(found) == 1:
@@ -129,6 +133,12 @@ class GrammarEngine:
             hit = tuple(dict.fromkeys(ids))
             self._preferred[eos] = hit
         return hit
+
+    def closing(self, eos: tuple[int, ...]) -> frozenset[int]:
+        """The special tokens that close a block (`</think>`, `</tool_call>`): when the sim has to
+        choose one, its script resumes after its own copy of it."""
+        self.preferred(eos)
+        return self._closing[eos]
 
 
 _ENGINES: dict[str, GrammarEngine] = {}
@@ -200,12 +210,15 @@ def steer(
     max_tokens: int,
     rng: random.Random,
     preferred: Sequence[int] = (),
+    closing: frozenset[int] = frozenset(),
     stop_ids: Sequence[int] = (),
 ) -> Steered:
     """The output under `matcher`'s grammar: the script while its next token is allowed; when it is
     not, the end of the turn if the grammar may end here, else the script's next allowed token
     within `RESYNC_WINDOW` (a forced call skips the prose before it), else the grammar's forced
-    tokens, else a preferred allowed token (`preferred`), else a seeded random allowed token.
+    tokens, else a preferred allowed token (`preferred`), else a seeded random allowed token. A
+    chosen token in `closing` (a block closed early, as a spent thinking budget closes `</think>`)
+    resumes the script after the script's own copy of it.
     Every emitted token passed the matcher: the output never holds a token the grammar forbids."""
     out: list[int] = []
     i, n = 0, len(script)
@@ -235,16 +248,22 @@ def steer(
             forced = matcher.compute_ff_tokens()
             if forced:
                 forced = forced[:room]
-                if matcher.consume_tokens(forced):
-                    out.extend(forced)
-                    diverged += len(forced)
+                if not matcher.consume_tokens(forced):
+                    break
+                out.extend(forced)
+                diverged += len(forced)
+                last = forced[-1]
+                if last in closing and last in script[i:]:
+                    i = script.index(last, i) + 1  # a block closed early: the script goes on after it
                 continue
             chosen = next((t for t in preferred if _allowed(mask, t)), None)
             if chosen is None:
                 chosen = _any_allowed(mask, rng)
             if chosen is None:
                 break
-            if i < n:
+            if chosen in closing and chosen in script[i:]:
+                i = script.index(chosen, i) + 1  # a block closed early: the script goes on after it
+            elif i < n:
                 i += 1  # the forbidden scripted token is replaced by the chosen one
         if not matcher.consume_token(chosen):
             break

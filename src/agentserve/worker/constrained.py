@@ -59,6 +59,7 @@ def constrained_plan(
         max_tokens=need,
         rng=random.Random(seed),
         preferred=engine.preferred(eos),
+        closing=engine.closing(eos),
         stop_ids=eos if sampling.include_stop else (),
     )
     return ConstrainedPlan(steered.token_ids, steered.complete)

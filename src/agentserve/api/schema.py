@@ -235,7 +235,7 @@ class AnthropicToolChoiceTool(_Open):
 
 class AnthropicThinkingEnabled(_Open):
     type: Literal["enabled"]
-    budget_tokens: Annotated[int, Field(ge=1, description="less than max_tokens")]
+    budget_tokens: Annotated[int, Field(ge=1024, description="at least 1024 and less than max_tokens")]
 
 
 class AnthropicThinkingAdaptive(_Open):

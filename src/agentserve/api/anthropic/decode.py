@@ -415,6 +415,10 @@ def _decode(
             f"tool_choice names tool {tool_choice.name!r}, which is not in tools",
             param="tool_choice.name",
         )
+    if tool_choice.mode == "named" and tool_choice.name in d.server_tools:
+        # A server tool (web_search_…) is accepted and ignored like the tool itself: nothing to force.
+        d.ignored.append("tool_choice")
+        tool_choice = ToolChoice("auto")
     mode, budget, display = _thinking(b.get("thinking"), "thinking", max_tokens)
     if mode in ("enabled", "adaptive") and tool_choice.mode in ("required", "named"):
         # Anthropic: a forced tool call prefills the turn, which thinking cannot precede.

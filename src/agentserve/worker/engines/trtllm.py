@@ -305,6 +305,9 @@ class TrtLlmEngine:
         prompt = list(request.prompt_token_ids)
         if not prompt:
             raise InvalidRequestError("the prompt has no tokens")
+        if request.constraint is not None:
+            # Refused rather than ignored until the GuidedDecodingParams mapping lands (docs/worker.md).
+            raise InvalidRequestError("constrained decoding is not available on the TensorRT-LLM engine yet")
         try:
             params = self._sampling_cls(**sampling_kwargs(request.sampling))
             extra: dict[str, Any] = {}

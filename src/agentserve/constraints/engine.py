@@ -30,8 +30,8 @@ RESYNC_WINDOW = 256  # scripted tokens looked ahead for one the grammar allows a
 # closing markers (`</tool_call>`, `<｜tool▁call▁end｜>`), so a forced answer completes in few tokens
 # (any allowed token is valid; these are merely short). Whitespace is never preferred: JSON allows
 # it without end.
-_CLOSERS = ('"', "}", "]", "0", "1")
-_FILLERS = ("a", "null", ":", ",")
+_CLOSERS = ('"', "}", "]", ",", "0", "1")
+_FILLERS = ("a", "null", ":")
 
 
 class GrammarError(ValueError):

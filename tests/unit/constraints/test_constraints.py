@@ -52,7 +52,7 @@ def run(options: GenerationOptions, script: str, tools: tuple[ToolSpec, ...] = (
         closing=ENGINE.closing(EOS),
         stop_ids=EOS,
     )
-    assert steered.complete
+    assert steered.complete, (TOKENIZER.decode(steered.token_ids)[:300], constraint.grammar[-600:])
     # Every token passed the grammar: a fresh matcher accepts the whole output.
     check = ENGINE.matcher(constraint.grammar, EOS)
     assert check.try_consume_tokens(steered.token_ids) == len(steered.token_ids)

@@ -30,6 +30,7 @@ from agentserve.families.grammar import (
     ANY_OBJECT,
     CallCount,
     GrammarTool,
+    GrammarUnsupported,
     Markers,
     ToolGrammar,
     json_rule,
@@ -136,7 +137,11 @@ def build(
             "tool_choice",
         )
     thinking = options.reasoning.enabled
-    text = source(body, grammar, markers, starts_in_reasoning, thinking)
+    try:
+        text = source(body, grammar, markers, starts_in_reasoning, thinking)
+    except GrammarUnsupported as exc:
+        index = next((i for i, t in enumerate(tools) if t.name == exc.tool), None)
+        raise ConstraintError(f"Invalid schema for function {exc.tool!r}: {exc}", "tools", index) from None
     only = body.json_schema if json_only(body, grammar, starts_in_reasoning, thinking) else None
     return Constraint(text, only)
 
@@ -179,7 +184,7 @@ def source(
     elif body.text:
         alternatives.append("TEXT?")
     if body.text:
-        rules.append(f"TEXT: {text_without(grammar.markers)}")
+        rules.append(f"TEXT: {text_without(grammar.markers, not_first=grammar.text_not_first)}")
     if body.count is not None and body.count.least == 0 and not body.text and body.json_schema is None:
         alternatives.append("WS?")
     rules.append("WS: /[ \\t\\r\\n]+/")

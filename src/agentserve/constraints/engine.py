@@ -17,7 +17,7 @@ import json
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,7 @@ class GrammarEngine:
         self._compiled: OrderedDict[tuple[str, tuple[int, ...]], LLMatcher | str] = OrderedDict()
         self._preferred: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._closing: dict[tuple[int, ...], frozenset[int]] = {}
+        self._prefixes: dict[int, tuple[int, ...]] = {}
         self._lock = threading.Lock()
         self.compiles = 0  # grammars compiled (cache misses), for tests and the benchmark
 
@@ -134,6 +135,23 @@ class GrammarEngine:
             self._preferred[eos] = hit
         return hit
 
+    def prefixes(self, token: int) -> tuple[int, ...]:
+        """Single tokens spelling a strict prefix of `token`'s bytes, longest first (a scripted
+        `"),` whose comma is forbidden can still give its `")`)."""
+        hit = self._prefixes.get(token)
+        if hit is None:
+            tok = self.tokenizer()
+            raw = tok.decode_bytes([token])
+            found: list[int] = []
+            for end in range(len(raw) - 1, 0, -1):
+                ids = tok.tokenize_bytes(raw[:end])
+                if len(ids) == 1 and ids[0] != token:
+                    found.append(ids[0])
+            hit = tuple(found)
+            if len(self._prefixes) < 1 << 20:
+                self._prefixes[token] = hit
+        return hit
+
     def closing(self, eos: tuple[int, ...]) -> frozenset[int]:
         """The special tokens that close a block (`</think>`, `</tool_call>`): when the sim has to
         choose one, its script resumes after its own copy of it."""
@@ -203,6 +221,15 @@ def _any_allowed(mask: bytes, rng: random.Random) -> int | None:
     return byte * 8 + bits[rng.randrange(len(bits))]
 
 
+def _resync(mask: bytes, script: Sequence[int], i: int) -> tuple[int | None, int]:
+    """The script's next allowed token after position i (within `RESYNC_WINDOW`) and the position
+    after it; (None, i) when there is none."""
+    for j in range(i + 1, min(len(script), i + RESYNC_WINDOW)):
+        if _allowed(mask, script[j]):
+            return script[j], j + 1
+    return None, i
+
+
 def steer(
     matcher: LLMatcher,
     script: Sequence[int],
@@ -212,9 +239,12 @@ def steer(
     preferred: Sequence[int] = (),
     closing: frozenset[int] = frozenset(),
     stop_ids: Sequence[int] = (),
+    prefixes: Callable[[int], Sequence[int]] | None = None,
 ) -> Steered:
     """The output under `matcher`'s grammar: the script while its next token is allowed; when it is
-    not, the end of the turn if the grammar may end here, else the script's next allowed token
+    not, the end of the turn if the grammar may end here, else the longest allowed token spelling a
+    prefix of the scripted one (`prefixes`: `")` of a `"),` whose comma is forbidden), else the
+    script's next allowed token
     within `RESYNC_WINDOW` (a forced call skips the prose before it), else the grammar's forced
     tokens, else a preferred allowed token (`preferred`), else a seeded random allowed token. A
     chosen token in `closing` (a block closed early, as a spent thinking budget closes `</think>`)
@@ -240,10 +270,12 @@ def steer(
             break
         mask = matcher.compute_bitmask()
         chosen: int | None = None
-        for j in range(i + 1, min(n, i + RESYNC_WINDOW)):
-            if _allowed(mask, script[j]):
-                chosen, i = script[j], j + 1
-                break
+        if i < n and prefixes is not None:  # the allowed part of a token that overshoots
+            chosen = next((t for t in prefixes(script[i]) if _allowed(mask, t)), None)
+            if chosen is not None:
+                i += 1
+        if chosen is None:
+            chosen, i = _resync(mask, script, i)
         if chosen is None:
             forced = matcher.compute_ff_tokens()
             if forced:

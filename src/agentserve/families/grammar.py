@@ -74,9 +74,13 @@ def repeat(item: str, sep: str, count: CallCount) -> str:
     return f"{item} ({sep} {item})*" if sep else f"{item}+"
 
 
-def text_without(markers: Sequence[str], *, nonempty: bool = True) -> str:
-    """A terminal body: any text that contains none of `markers`."""
-    body = "/(.|\\n)+/" if nonempty else "/(.|\\n)*/"
+def text_without(markers: Sequence[str], *, nonempty: bool = True, not_first: str = "") -> str:
+    """A terminal body: any text that contains none of `markers` (nor starts with a character of
+    `not_first`)."""
+    if not_first:
+        body = "/[^" + _regex_escape(not_first) + "](.|\\n)*/"
+    else:
+        body = "/(.|\\n)+/" if nonempty else "/(.|\\n)*/"
     if not markers:
         return body
     alternatives = "|".join(_regex_escape(m) for m in markers)
@@ -109,6 +113,84 @@ def alternatives(rules: Sequence[str]) -> str:
     return " | ".join(rules) if len(rules) > 1 else rules[0]
 
 
+class GrammarUnsupported(ValueError):
+    """A tool schema the family's syntax cannot enforce (a feature of a raw-text XML value)."""
+
+    def __init__(self, message: str, tool: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+def is_any_object(schema: Mapping[str, Any]) -> bool:
+    """Any arguments object: nothing to enforce beyond an object."""
+    return not schema.get("properties") and schema.get("additionalProperties") is not False
+
+
+def _string_only(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    return kind == "string" or (
+        "type" not in schema and all(isinstance(v, str) for v in schema.get("enum", [None]))
+    )
+
+
+def _mentions_string(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    if kind == "string" or (isinstance(kind, list) and "string" in kind):
+        return True
+    return any(
+        isinstance(sub, Mapping) and _mentions_string(sub)
+        for key in ("anyOf", "oneOf")
+        for sub in schema.get(key, [])
+    )
+
+
+def raw_value(schema: Mapping[str, Any], raw: str, closer: str, tool: str, key: str) -> str:
+    """A parameter value as the XML families write it — raw text for strings, JSON text for every
+    other type (what `parsing.xmlargs` reads back by the schema) — and its closing tag, as a Lark
+    expression. `raw` is the family's free-text value including its closer (a rule with
+    `stop=…`, or a terminal and a special-token closer); `closer` the closer alone."""
+    if "const" in schema and isinstance(schema["const"], str):
+        return f"WS? {lit(schema['const'])} WS? {closer}"
+    if _string_only(schema):
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+            return "WS? (" + " | ".join(lit(v) for v in enum) + f") WS? {closer}"
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str) and "/" not in pattern:
+            return "WS? /" + pattern.removeprefix("^").removesuffix("$") + f"/ WS? {closer}"
+        for unsupported in ("format", "minLength", "maxLength"):
+            if unsupported in schema:
+                raise GrammarUnsupported(
+                    f"{unsupported!r} of parameter {key!r} cannot be enforced on a raw-text value", tool
+                )
+        return raw
+    if _mentions_string(schema):
+        raise GrammarUnsupported(
+            f"parameter {key!r} mixes strings with other types, which a raw-text value cannot tell apart",
+            tool,
+        )
+    return f"WS? {json_rule(schema)} WS? {closer}"
+
+
+def xml_parameters(
+    tool: GrammarTool, param: Callable[[str, str], str], raw: str, closer: str, key: str
+) -> str:
+    """The parameters of one call as a Lark expression: in schema order, required ones always,
+    optional ones maybe; any keys and raw values when the schema names no properties.
+    `param(key, value)` writes one parameter around a value that ends with its closer."""
+    schema = tool.schema
+    if is_any_object(schema):
+        return f"({param(key, raw)})*"
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    parts: list[str] = []
+    for name, sub in props.items():
+        value = raw_value(sub if isinstance(sub, Mapping) else {}, raw, closer, tool.name, name)
+        expr = param(lit(name), value)
+        parts.append(expr if name in required else f"({expr})?")
+    return " ".join(parts) if parts else "WS?"
+
+
 CallsBuilder = Callable[[Sequence[GrammarTool], CallCount, Markers], str]
 
 
@@ -118,6 +200,7 @@ class ToolGrammar:
     think: tuple[str, str] | None = None
     markers: tuple[str, ...] = ()
     calls_first: bool = False
+    text_not_first: str = ""  # characters text cannot start with (calls_first: what opens a call)
     # What the family's template renders for `tools: []`: "nothing" (no tool preamble at all), so
     # tool_choice none may leave the tools out of the prompt.
     renders_nothing_without_tools: bool = True

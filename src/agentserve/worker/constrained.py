@@ -60,6 +60,7 @@ def constrained_plan(
         rng=random.Random(seed),
         preferred=engine.preferred(eos),
         closing=engine.closing(eos),
+        prefixes=engine.prefixes,
         stop_ids=eos if sampling.include_stop else (),
     )
     return ConstrainedPlan(steered.token_ids, steered.complete)

@@ -32,6 +32,7 @@ from agentserve.families.grammar import (
     GrammarTool,
     GrammarUnsupported,
     Markers,
+    Shape,
     ToolGrammar,
     json_rule,
     text_without,
@@ -154,6 +155,9 @@ def source(
     thinking: bool | None,
 ) -> str:
     """The Lark source of a planned body in the family's syntax."""
+    if grammar.layout is not None:
+        shape = Shape(body.tools, body.count, body.text, body.json_schema, body.budget, starts_in_reasoning)
+        return grammar.layout(shape, markers)
     rules: list[str] = []
     think = grammar.think
     start = "body"
@@ -168,13 +172,15 @@ def source(
         else:
             rules.append(f"reasoning: {markers.tok(open_)} thought {markers.tok(close)}")
             start = "reasoning? body"
-    elif body.budget is not None and think is None:
+    elif body.budget is not None and think is None and thinking is not False:
         raise ConstraintError("this model family has no thinking block to budget", "thinking")
     alternatives: list[str] = []
     if body.json_schema is not None:
         rules.append(f"answer: WS? {json_rule(body.json_schema)}")
         alternatives.append("answer")
     if body.count is not None:
+        if grammar.calls is None:
+            raise ConstraintError("this model family has no tool-call grammar", "tool_choice")
         rules.append(grammar.calls(body.tools, body.count, markers))
         if body.text and not grammar.calls_first:
             alternatives.append("TEXT? calls" if body.count.least == 0 else "TEXT calls")
@@ -197,5 +203,5 @@ def json_only(
 ) -> bool:
     """The output is exactly one JSON value (no reasoning block, no calls, no text)."""
     thinks = starts_in_reasoning or thinking is not False
-    reasons = grammar is not None and grammar.think is not None and thinks
+    reasons = grammar is not None and (grammar.think is not None or grammar.layout is not None) and thinks
     return body.json_schema is not None and body.count is None and not body.text and not reasons

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,12 +27,16 @@ from llguidance import LLMatcher, LLTokenizer
 
 DEFAULT_CACHE_SIZE = 256
 RESYNC_WINDOW = 256  # scripted tokens looked ahead for one the grammar allows again
-# Preferred when the script gives no allowed token: close strings, objects and arrays first, then
-# closing markers (`</tool_call>`, `<｜tool▁call▁end｜>`), so a forced answer completes in few tokens
+REPEATS = 8  # a preferred token chosen this many times in a row is in free text: write a closer
+# Preferred when the script gives no allowed token: closing markers (`</tool_call>`, `<|end|>`),
+# then what closes strings, objects and arrays, so a forced answer completes in few tokens
 # (any allowed token is valid; these are merely short). Whitespace is never preferred: JSON allows
 # it without end.
 _CLOSERS = ('"', "}", "]", ",", "0", "1")
-_FILLERS = ("a", "null", ":")
+_FILLERS = ("null", ":")
+
+
+_STOP = re.compile(r'\[stop="((?:[^"\\]|\\.)*)"\]')
 
 
 class GrammarError(ValueError):
@@ -115,19 +120,17 @@ class GrammarEngine:
         if hit is None:
             tok = self.tokenizer(eos)
             ids: list[int] = list(eos)
-            for text in _CLOSERS:
-                found = tok.tokenize_str(text)
-                if len(found) == 1:
-                    ids.append(found[0])
+            # Closing special tokens first: never allowed inside a JSON lexeme, so they only ever
+            # close a free-text block (a thought, a harmony message), which would else run on.
             markers: list[int] = []
             for token in range(tok.vocab_size):
-                if tok.is_special_token(token):
+                if tok.is_special_token(token) and token not in eos:
                     text = tok.decode_str([token]).lower()
                     if text.startswith(("</", "[/")) or "end" in text:
                         markers.append(token)
             ids += markers
             self._closing[eos] = frozenset(markers)
-            for text in _FILLERS:
+            for text in (*_CLOSERS, *_FILLERS):
                 found = tok.tokenize_str(text)
                 if len(found) == 1:
                     ids.append(found[0])
@@ -151,6 +154,16 @@ class GrammarEngine:
             if len(self._prefixes) < 1 << 20:
                 self._prefixes[token] = hit
         return hit
+
+    def text_closers(self, grammar: str) -> tuple[tuple[int, ...], ...]:
+        """The `stop="…"` strings of a grammar (raw XML values end at their closing tag), as tokens."""
+        tok = self.tokenizer()
+        found = []
+        for raw in _STOP.findall(grammar):
+            text = json.loads(f'"{raw}"')
+            if text:
+                found.append(tuple(tok.tokenize_str(text)))
+        return tuple(found)
 
     def closing(self, eos: tuple[int, ...]) -> frozenset[int]:
         """The special tokens that close a block (`</think>`, `</tool_call>`): when the sim has to
@@ -240,6 +253,7 @@ def steer(
     closing: frozenset[int] = frozenset(),
     stop_ids: Sequence[int] = (),
     prefixes: Callable[[int], Sequence[int]] | None = None,
+    text_closers: Sequence[Sequence[int]] = (),
 ) -> Steered:
     """The output under `matcher`'s grammar: the script while its next token is allowed; when it is
     not, the end of the turn if the grammar may end here, else the longest allowed token spelling a
@@ -248,12 +262,15 @@ def steer(
     within `RESYNC_WINDOW` (a forced call skips the prose before it), else the grammar's forced
     tokens, else a preferred allowed token (`preferred`), else a seeded random allowed token. A
     chosen token in `closing` (a block closed early, as a spent thinking budget closes `</think>`)
-    resumes the script after the script's own copy of it.
+    resumes the script after the script's own copy of it. Where a preferred token keeps being
+    chosen (free text allows `"` forever), one of `text_closers` (the grammar's `stop` strings, such
+    as `</parameter>`, tokenized) is written instead.
     Every emitted token passed the matcher: the output never holds a token the grammar forbids."""
     out: list[int] = []
     i, n = 0, len(script)
     diverged = 0
     stops = set(stop_ids)
+    pending: list[int] = []  # the rest of a text closer being written
     while len(out) < max_tokens and not matcher.is_stopped() and not matcher.is_error():
         room = max_tokens - len(out)
         if i < n:
@@ -270,7 +287,11 @@ def steer(
             break
         mask = matcher.compute_bitmask()
         chosen: int | None = None
-        if i < n and prefixes is not None:  # the allowed part of a token that overshoots
+        if pending and _allowed(mask, pending[0]):
+            chosen = pending.pop(0)
+        else:
+            pending.clear()
+        if chosen is None and i < n and prefixes is not None:  # the allowed part of a token that overshoots
             chosen = next((t for t in prefixes(script[i]) if _allowed(mask, t)), None)
             if chosen is not None:
                 i += 1
@@ -289,6 +310,12 @@ def steer(
                     i = script.index(last, i) + 1  # a block closed early: the script goes on after it
                 continue
             chosen = next((t for t in preferred if _allowed(mask, t)), None)
+            if chosen is not None and len(out) >= REPEATS and all(t == chosen for t in out[-REPEATS:]):
+                chosen = None  # free text takes the preferred token forever: close it instead
+            if chosen is None:
+                closer = next((c for c in text_closers if c and _allowed(mask, c[0])), None)
+                if closer is not None:
+                    chosen, pending = closer[0], list(closer[1:])
             if chosen is None:
                 chosen = _any_allowed(mask, rng)
             if chosen is None:

@@ -199,11 +199,14 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
     """`calls`: `<tool_call>NAME` + `<arg_key>K</arg_key><arg_value>V</arg_value>` pairs."""
 
     def param(key: str, value: str) -> str:
-        return f"WS? {m.tok('<arg_key>')} {key} {m.tok('</arg_key>')} WS? {m.tok('<arg_value>')} {value}"
+        # The parser reads a name only when a newline, `<arg_key>` or `</tool_call>` follows it.
+        return (
+            f'"\\n"? {m.tok("<arg_key>")} {key} {m.tok("</arg_key>")} "\\n"? {m.tok("<arg_value>")} {value}'
+        )
 
     rules = [
         f"calls: {repeat('call', 'WS?', count)}",
-        f"call: {m.tok(TOOL_CALL)} function WS? {m.tok('</tool_call>')}",
+        f'call: {m.tok(TOOL_CALL)} function "\\n"? {m.tok("</tool_call>")}',
         "function: " + alternatives([f"function_{i}" for i in range(len(tools))]),
     ]
     for i, tool in enumerate(tools):

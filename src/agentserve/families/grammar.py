@@ -195,8 +195,23 @@ CallsBuilder = Callable[[Sequence[GrammarTool], CallCount, Markers], str]
 
 
 @dataclass(frozen=True, slots=True)
+class Shape:
+    """What the output may hold, for a family that lays out the whole grammar itself (harmony)."""
+
+    tools: tuple[GrammarTool, ...]
+    count: CallCount | None  # None: no calls
+    text: bool  # free text may be the answer
+    json_schema: Mapping[str, Any] | None  # the answer must be this JSON value
+    budget: int | None  # reasoning tokens at most
+    starts_in_reasoning: bool
+
+
+Layout = Callable[[Shape, Markers], str]
+
+
+@dataclass(frozen=True, slots=True)
 class ToolGrammar:
-    calls: CallsBuilder
+    calls: CallsBuilder | None = None  # None: `layout` writes the whole grammar
     think: tuple[str, str] | None = None
     markers: tuple[str, ...] = ()
     calls_first: bool = False
@@ -204,9 +219,13 @@ class ToolGrammar:
     # What the family's template renders for `tools: []`: "nothing" (no tool preamble at all), so
     # tool_choice none may leave the tools out of the prompt.
     renders_nothing_without_tools: bool = True
+    # The whole grammar for families whose reasoning is not a tagged block before the answer
+    # (harmony's channels); None: the generic `reasoning? body` layout of `constraints.build`.
+    layout: Layout | None = None
+    extra_markers: tuple[str, ...] = ()  # special tokens a layout references besides `markers`
 
     @property
     def marker_strings(self) -> tuple[str, ...]:
         """Every marker the grammar may reference, to resolve against the tokenizer once."""
         think = self.think or ()
-        return tuple(dict.fromkeys((*think, *self.markers)))
+        return tuple(dict.fromkeys((*think, *self.markers, *self.extra_markers)))

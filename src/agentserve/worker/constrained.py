@@ -61,6 +61,7 @@ def constrained_plan(
         preferred=engine.preferred(eos),
         closing=engine.closing(eos),
         prefixes=engine.prefixes,
+        text_closers=engine.text_closers(constraint.grammar),
         stop_ids=eos if sampling.include_stop else (),
     )
     return ConstrainedPlan(steered.token_ids, steered.complete)

@@ -22,12 +22,17 @@ from agentserve.worker.tokenizer import Tokenizer, tokenizer_json
 _ENGINES: weakref.WeakKeyDictionary[Tokenizer, GrammarEngine] = weakref.WeakKeyDictionary()
 
 
-def grammar_engine(tokenizer: Tokenizer) -> GrammarEngine:
-    """The grammar engine for a worker tokenizer (its tokenizer.json serialised once)."""
+def grammar_engine(tokenizer: Tokenizer, cache_size: int | None = None) -> GrammarEngine:
+    """The grammar engine for a worker tokenizer (its tokenizer.json serialised once); `cache_size`
+    (the worker's `constraint_cache_size`) sizes its compile cache."""
     engine = _ENGINES.get(tokenizer)
     if engine is None:
-        engine = engine_for(tokenizer_json(tokenizer))
+        engine = engine_for(
+            tokenizer_json(tokenizer), **({} if cache_size is None else {"cache_size": cache_size})
+        )
         _ENGINES[tokenizer] = engine
+    elif cache_size is not None:
+        engine.cache_size = max(engine.cache_size, cache_size)
     return engine
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from agentserve.config import ConfigError, WorkerConfig
+from agentserve.worker.constrained import grammar_engine
 from agentserve.worker.engine import Engine
 from agentserve.worker.engines.sim import SimConfig, SimEngine
 from agentserve.worker.outputs import EchoPolicy, OutputPolicy, ScenarioError, ScriptPolicy, raw_format_for
@@ -71,6 +72,7 @@ def build_engine(config: WorkerConfig) -> Engine:
         catch_up_s=config.sim_catch_up_s,
     )
     policy = build_policy(config, tokenizer)
+    grammar_engine(tokenizer, cache_size=config.constraint_cache_size)  # sized once, built on first use
     if config.sim_dp_ranks > 1:
         from agentserve.worker.engines.sim_dp import DpSimEngine
 

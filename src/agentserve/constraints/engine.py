@@ -28,6 +28,7 @@ from llguidance import LLMatcher, LLTokenizer
 DEFAULT_CACHE_SIZE = 256
 RESYNC_WINDOW = 256  # scripted tokens looked ahead for one the grammar allows again
 REPEATS = 8  # a preferred token chosen this many times in a row is in free text: write a closer
+RESCAN_AFTER = 16  # tokens emitted before the script is searched again after a search found nothing
 # Preferred when the script gives no allowed token: closing markers (`</tool_call>`, `<|end|>`),
 # then what closes strings, objects and arrays, so a forced answer completes in few tokens
 # (any allowed token is valid; these are merely short). Whitespace is never preferred: JSON allows
@@ -48,6 +49,7 @@ class Steered:
     token_ids: list[int]
     complete: bool  # the grammar accepted the output (False: the token budget ran out first)
     diverged: int  # tokens chosen from the mask instead of the script
+    random_choices: int = 0  # of those, drawn from the seeded generator (0: the seed did not matter)
 
 
 class GrammarEngine:
@@ -147,6 +149,8 @@ class GrammarEngine:
             raw = tok.decode_bytes([token])
             found: list[int] = []
             for end in range(len(raw) - 1, 0, -1):
+                if not raw[:end].strip():
+                    break  # whitespace alone is no part of the token's meaning: never healed to it
                 ids = tok.tokenize_bytes(raw[:end])
                 if len(ids) == 1 and ids[0] != token:
                     found.append(ids[0])
@@ -226,6 +230,12 @@ def _allowed(mask: bytes, token: int) -> bool:
 
 
 def _any_allowed(mask: bytes, rng: random.Random) -> int | None:
+    """A seeded allowed token: a few random draws first (most masks allow much), else a scan."""
+    size = len(mask) * 8
+    for _ in range(32):
+        token = rng.randrange(size)
+        if _allowed(mask, token):
+            return token
     nonzero = [i for i, b in enumerate(mask) if b]
     if not nonzero:
         return None
@@ -271,6 +281,8 @@ def steer(
     diverged = 0
     stops = set(stop_ids)
     pending: list[int] = []  # the rest of a text closer being written
+    drawn = 0
+    next_scan = 0  # output length from which the script may be searched again
     while len(out) < max_tokens and not matcher.is_stopped() and not matcher.is_error():
         room = max_tokens - len(out)
         if i < n:
@@ -285,20 +297,8 @@ def steer(
             if stop_ids and matcher.consume_token(stop_ids[0]):
                 out.append(stop_ids[0])
             break
-        mask = matcher.compute_bitmask()
-        chosen: int | None = None
-        if pending and _allowed(mask, pending[0]):
-            chosen = pending.pop(0)
-        else:
-            pending.clear()
-        if chosen is None and i < n and prefixes is not None:  # the allowed part of a token that overshoots
-            chosen = next((t for t in prefixes(script[i]) if _allowed(mask, t)), None)
-            if chosen is not None:
-                i += 1
-        if chosen is None:
-            chosen, i = _resync(mask, script, i)
-        if chosen is None:
-            forced = matcher.compute_ff_tokens()
+        if not pending:
+            forced = matcher.compute_ff_tokens()  # what the grammar allows alone: no mask needed
             if forced:
                 forced = forced[:room]
                 if not matcher.consume_tokens(forced):
@@ -309,6 +309,21 @@ def steer(
                 if last in closing and last in script[i:]:
                     i = script.index(last, i) + 1  # a block closed early: the script goes on after it
                 continue
+        mask = matcher.compute_bitmask()
+        chosen: int | None = None
+        if pending and _allowed(mask, pending[0]):
+            chosen = pending.pop(0)
+        else:
+            pending.clear()
+        if chosen is None and i < n and prefixes is not None:  # the allowed part of a token that overshoots
+            chosen = next((t for t in prefixes(script[i]) if _allowed(mask, t)), None)
+            if chosen is not None:
+                i += 1
+        if chosen is None and len(out) >= next_scan:
+            chosen, i = _resync(mask, script, i)
+            if chosen is None:
+                next_scan = len(out) + RESCAN_AFTER  # the script is far off: look again later
+        if chosen is None:
             chosen = next((t for t in preferred if _allowed(mask, t)), None)
             if chosen is not None and len(out) >= REPEATS and all(t == chosen for t in out[-REPEATS:]):
                 chosen = None  # free text takes the preferred token forever: close it instead
@@ -318,6 +333,7 @@ def steer(
                     chosen, pending = closer[0], list(closer[1:])
             if chosen is None:
                 chosen = _any_allowed(mask, rng)
+                drawn += 1
             if chosen is None:
                 break
             if chosen in closing and chosen in script[i:]:
@@ -328,4 +344,4 @@ def steer(
             break
         out.append(chosen)
         diverged += 1
-    return Steered(out, matcher.is_accepting() or matcher.is_stopped(), diverged)
+    return Steered(out, matcher.is_accepting() or matcher.is_stopped(), diverged, drawn)

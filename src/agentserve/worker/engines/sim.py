@@ -317,10 +317,15 @@ class SimEngine:
             seed = sampling.seed if sampling.seed is not None else len(original)
             need = resumed + sampling.max_tokens
             steered = constrained_plan(
-                self.tokenizer, request.constraint, script=ids, sampling=sampling, need=need, seed=seed
+                self.tokenizer,
+                request.constraint,
+                script=ids,
+                pieces=pieces,
+                sampling=sampling,
+                need=need,
+                seed=seed,
             )
-            ids, complete = steered.token_ids, steered.complete
-            pieces = token_pieces(self.tokenizer, ids, PIECE_WINDOW)
+            ids, pieces, complete = steered.token_ids, steered.pieces, steered.complete
         if resumed:  # a migrated request: what the dead worker already streamed is in the prompt
             ids, pieces = ids[resumed:], pieces[resumed:]
         end_reason: FinishReason = "stop" if complete else "length"

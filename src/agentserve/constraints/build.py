@@ -77,8 +77,16 @@ def needs_constraint(options: GenerationOptions, tools: Sequence[ToolSpec]) -> b
         choice.mode != "auto"
         or choice.allowed is not None
         or not options.parallel_tool_calls
-        or any(t.strict for t in tools)
+        or any(t.strict or t.enforce is not None for t in tools)
     )
+
+
+def _enforced(tool: ToolSpec, forced: bool) -> Mapping[str, Any]:
+    """The schema a call of `tool` must match: its own format (a custom tool's regex) always, its
+    parameters when strict or forced, else any object."""
+    if tool.enforce is not None:
+        return tool.enforce
+    return (tool.parameters or ANY_OBJECT) if (tool.strict or forced) else ANY_OBJECT
 
 
 def plan(options: GenerationOptions, tools: Sequence[ToolSpec]) -> Plan:
@@ -109,10 +117,7 @@ def plan(options: GenerationOptions, tools: Sequence[ToolSpec]) -> Plan:
         if forced:
             raise ConstraintError("tool_choice allows no tool that is in tools", "tool_choice")
         return Plan((), None, schema is None, schema, budget)
-    grammar_tools = tuple(
-        GrammarTool(t.name, (t.parameters or ANY_OBJECT) if (t.strict or forced) else ANY_OBJECT)
-        for t in offered
-    )
+    grammar_tools = tuple(GrammarTool(t.name, _enforced(t, forced)) for t in offered)
     most = None if options.parallel_tool_calls else 1
     count = CallCount(1 if forced else 0, most)
     return Plan(grammar_tools, count, not forced and schema is None, None if forced else schema, budget)

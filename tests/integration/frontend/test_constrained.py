@@ -8,6 +8,7 @@ request demands: the sim steers its output with the grammar's mask (worker/const
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,6 +55,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         {"match": "TWO", "output": TWO_CALLS},
         {"match": "WRONG", "output": WRONG_TYPE},
         {"match": "LONG", "output": LONG_THINK},
+        {"match": "CUSTOM", "output": think("Digits.") + qwen_call("digits", {"input": "twelve"}) + END},
     ]
     scenario = write_scenario(tmp_path_factory.mktemp("constrained"), rules, PROSE)
     with served({"script": scenario, "family": "qwen3", "model": "qwen3-sim"}) as s:
@@ -292,3 +294,20 @@ def test_choice_errors_are_400s(stack: Served) -> None:
             tools=anthropic_tools(),  # type: ignore[arg-type]
             tool_choice={"type": "tool", "name": "Nope"},
         )
+
+
+@STREAM
+def test_a_custom_tools_regex_format_is_enforced(stack: Served, stream: bool) -> None:
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    fmt = {"type": "grammar", "syntax": "regex", "definition": "[0-9]{2,6}"}
+    tools: Any = [{"type": "custom", "name": "digits", "format": fmt}]
+    if stream:
+        with c.responses.stream(model="m", input="CUSTOM", tools=tools) as events:
+            response = events.get_final_response()
+    else:
+        response = c.responses.create(model="m", input="CUSTOM", tools=tools)
+    (call,) = [o for o in response.output if o.type == "custom_tool_call"]
+    assert call.name == "digits" and re.fullmatch("[0-9]{2,6}", call.input)
+    # The control: without the format the script's own input comes through.
+    plain = c.responses.create(model="m", input="CUSTOM", tools=[{"type": "custom", "name": "digits"}])
+    assert [o.input for o in plain.output if o.type == "custom_tool_call"] == ["twelve"]

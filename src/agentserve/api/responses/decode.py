@@ -205,6 +205,9 @@ class _Decoder:
                 raise InvalidRequestError(f"unsupported input item type {kind!r}", param=at(path, "type"))
         self.flush()
 
+    def custom_format(self, value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+        return _custom_format(self, value, path)
+
     def add_tools(self, value: Any, path: str, namespace: str | None = None) -> None:
         if value is None:
             return
@@ -225,16 +228,41 @@ class _Decoder:
                 raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(tpath, "name"))
             description = opt_str(tool, "description", tpath) or ""
             strict = False
+            enforce = None
             if kind == "function":
                 parameters = object_schema(opt_dict(tool, "parameters", tpath), at(tpath, "parameters"))
                 parameters = parameters or {"type": "object", "properties": {}}
                 # Enforced when the request says `strict: true` (an absent flag is not enforced).
                 strict = opt_bool(tool, "strict", tpath) is True
             else:
-                opt_dict(tool, "format", tpath)
                 parameters = custom_tool_parameters()
-            self.tools.append(ToolSpec(name, description, parameters, strict))
+                enforce = self.custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"))
+            self.tools.append(ToolSpec(name, description, parameters, strict, enforce))
             self.tool_kinds[name] = ResponsesTool(kind, namespace)  # type: ignore[arg-type]
+
+
+def _custom_format(decoder: Any, value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+    """A custom tool's `format`: `text` (free input), or a `grammar` whose `regex` definition the
+    constraint enforces on the input; a `lark` definition is accepted and not enforced (the input is
+    a JSON string inside the family's call syntax, where a Lark grammar cannot be applied)."""
+    if value is None:
+        return None
+    kind = one_of(req_str(value, "type", path), ("text", "grammar"), at(path, "type"))
+    if kind == "text":
+        return None
+    syntax = one_of(req_str(value, "syntax", path), ("lark", "regex"), at(path, "syntax"))
+    definition = req_str(value, "definition", path)
+    if syntax == "lark":
+        decoder.ignored.append(at(path, "definition"))
+        return None
+    # The whole input matches (a JSON Schema `pattern` alone matches anywhere in the string).
+    anchored = f"^(?:{definition})$"
+    return {
+        "type": "object",
+        "properties": {CUSTOM_INPUT: {"type": "string", "pattern": anchored}},
+        "required": [CUSTOM_INPUT],
+        "additionalProperties": False,
+    }
 
 
 def _tool_choice(value: Any) -> ToolChoice:

@@ -253,6 +253,20 @@ def _resync(mask: bytes, script: Sequence[int], i: int) -> tuple[int | None, int
     return None, i
 
 
+def _after_closer(script: Sequence[int], i: int, forced: Sequence[int], closing: frozenset[int]) -> int:
+    """Where the script goes on after forced tokens: past its own copy of the first closing token
+    among them (a block closed early) and of the forced tokens that follow it there; else `i`."""
+    for k, token in enumerate(forced):
+        if token in closing and token in script[i:]:
+            j = script.index(token, i) + 1
+            for rest in forced[k + 1 :]:
+                if j >= len(script) or script[j] != rest:
+                    break
+                j += 1
+            return j
+    return i
+
+
 def steer(
     matcher: LLMatcher,
     script: Sequence[int],
@@ -305,9 +319,7 @@ def steer(
                     break
                 out.extend(forced)
                 diverged += len(forced)
-                last = forced[-1]
-                if last in closing and last in script[i:]:
-                    i = script.index(last, i) + 1  # a block closed early: the script goes on after it
+                i = _after_closer(script, i, forced, closing)
                 continue
         mask = matcher.compute_bitmask()
         chosen: int | None = None

@@ -144,20 +144,21 @@ def _mentions_string(schema: Mapping[str, Any]) -> bool:
     )
 
 
-def raw_value(schema: Mapping[str, Any], raw: str, closer: str, tool: str, key: str) -> str:
+def raw_value(schema: Mapping[str, Any], raw: str, closer: str, tool: str, key: str, *, pad: str = "") -> str:
     """A parameter value as the XML families write it — raw text for strings, JSON text for every
     other type (what `parsing.xmlargs` reads back by the schema) — and its closing tag, as a Lark
     expression. `raw` is the family's free-text value including its closer (a rule with
-    `stop=…`, or a terminal and a special-token closer); `closer` the closer alone."""
+    `stop=…`, or a terminal and a special-token closer); `closer` the closer alone; `pad` the
+    formatting the parser strips around a value (qwen3-coder's one newline each side)."""
     if "const" in schema and isinstance(schema["const"], str):
-        return f"WS? {lit(schema['const'])} WS? {closer}"
+        return f"{pad} {lit(schema['const'])} {pad} {closer}"
     if _string_only(schema):
         enum = schema.get("enum")
         if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
-            return "WS? (" + " | ".join(lit(v) for v in enum) + f") WS? {closer}"
+            return f"{pad} (" + " | ".join(lit(v) for v in enum) + f") {pad} {closer}"
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and "/" not in pattern:
-            return "WS? /" + pattern.removeprefix("^").removesuffix("$") + f"/ WS? {closer}"
+            return f"{pad} /" + pattern.removeprefix("^").removesuffix("$") + f"/ {pad} {closer}"
         for unsupported in ("format", "minLength", "maxLength"):
             if unsupported in schema:
                 raise GrammarUnsupported(
@@ -173,7 +174,7 @@ def raw_value(schema: Mapping[str, Any], raw: str, closer: str, tool: str, key: 
 
 
 def xml_parameters(
-    tool: GrammarTool, param: Callable[[str, str], str], raw: str, closer: str, key: str
+    tool: GrammarTool, param: Callable[[str, str], str], raw: str, closer: str, key: str, *, pad: str = ""
 ) -> str:
     """The parameters of one call as a Lark expression: in schema order, required ones always,
     optional ones maybe; any keys and raw values when the schema names no properties.
@@ -185,7 +186,7 @@ def xml_parameters(
     required = set(schema.get("required") or ())
     parts: list[str] = []
     for name, sub in props.items():
-        value = raw_value(sub if isinstance(sub, Mapping) else {}, raw, closer, tool.name, name)
+        value = raw_value(sub if isinstance(sub, Mapping) else {}, raw, closer, tool.name, name, pad=pad)
         expr = param(lit(name), value)
         parts.append(expr if name in required else f"({expr})?")
     return " ".join(parts) if parts else "WS?"

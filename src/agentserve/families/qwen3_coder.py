@@ -263,7 +263,7 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
         "function: " + alternatives([f"function_{i}" for i in range(len(tools))]),
     ]
     for i, tool in enumerate(tools):
-        params = xml_parameters(tool, param, "pvalue", '"</parameter>"', "PKEY")
+        params = xml_parameters(tool, param, "pvalue", '"</parameter>"', "PKEY", pad='"\\n"?')
         rules.append(f'function_{i}: {lit(f"<function={tool.name}>")} WS? {params} "</function>"')
     # A raw value runs to its closing tag (`stop`: a greedy terminal could not end before it).
     rules += ['pvalue[stop="</parameter>"]: /(.|\\n)*/', "PKEY: /[^>\\n]+/"]

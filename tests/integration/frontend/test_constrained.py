@@ -311,3 +311,15 @@ def test_a_custom_tools_regex_format_is_enforced(stack: Served, stream: bool) ->
     # The control: without the format the script's own input comes through.
     plain = c.responses.create(model="m", input="CUSTOM", tools=[{"type": "custom", "name": "digits"}])
     assert [o.input for o in plain.output if o.type == "custom_tool_call"] == ["twelve"]
+
+
+def test_tool_choice_none_leaves_the_tools_out_of_the_prompt(stack: Served) -> None:
+    """qwen3's template renders no tool preamble for an empty list, so `none` sends none: the prompt
+    is the one without tools, token for token (as SGLang does)."""
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    messages: Any = [{"role": "user", "content": "hello"}]
+    bare = c.chat.completions.create(model="m", messages=messages)
+    none = c.chat.completions.create(model="m", messages=messages, tools=chat_tools(), tool_choice="none")  # type: ignore[arg-type]
+    auto = c.chat.completions.create(model="m", messages=messages, tools=chat_tools())  # type: ignore[arg-type]
+    assert bare.usage is not None and none.usage is not None and auto.usage is not None
+    assert none.usage.prompt_tokens == bare.usage.prompt_tokens < auto.usage.prompt_tokens

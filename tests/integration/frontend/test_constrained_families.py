@@ -133,3 +133,25 @@ def test_json_schema_answer(family: Served, api: str, stream: bool) -> None:
     text, calls = TURNS[api](family, stream, "PROSE", **output_format(api))
     assert calls == []
     jsonschema.validate(json.loads(text), ANSWER_SCHEMA)
+
+
+STRICT_WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "enum": ["Rome", "Oslo"]}, "days": {"type": "integer"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+@APIS
+@STREAM
+def test_strict_arguments_are_obeyed(family: Served, api: str, stream: bool) -> None:
+    """The script calls get_weather for Paris; the strict schema allows only Rome or Oslo."""
+    specs: Specs = (("get_weather", STRICT_WEATHER), *SPECS[1:])
+    tools = {"anthropic": anthropic_tools, "chat": chat_tools, "responses": responses_tools}[api](
+        strict=True, tools=specs
+    )
+    _, calls = TURNS[api](family, stream, "go", tools=tools)
+    assert calls and all(name == "get_weather" for name, _ in calls)
+    for _, arguments in calls:
+        jsonschema.validate(arguments, STRICT_WEATHER)

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import json
 import random
+import sys
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "prompt"))
+from prompt_cases import FAMILY_NAMES, KWARGS, cases
 
 from agentserve.api.options import GenerationOptions, ReasoningOptions, ResponseFormat, ToolChoice
 from agentserve.constraints.build import ConstraintError, build, needs_constraint
@@ -206,3 +211,39 @@ def test_generated_schemas_always_validate(schema: dict[str, Any], script: str) 
     _, _, body = out.rpartition("</think>")
     body = body.removesuffix("<|im_end|>")
     jsonschema.validate(json.loads(body), schema)
+
+
+@pytest.mark.parametrize("name", [n for n in FAMILY_NAMES if n not in ("llama3-json", "pythonic")])
+def test_every_reasoning_family_closes_its_thought_at_the_budget(name: str) -> None:
+    """The family's canonical answer with a 300-word thought, under a 40-token budget: the parser
+    sees a thought of at most 40 tokens, then the family's own answer."""
+    from agentserve.conversation import ReasoningDelta, TextDelta
+    from agentserve.parsing.stream import ParserOptions
+
+    family = get_family(name)
+    assert family.grammar is not None
+    answer = {c.name: c.raw for c in cases(name)}["answer"]
+    script = answer.replace("Both are known now.", " ".join(["ponder"] * 300))
+    opened = family.starts_in_reasoning or bool(KWARGS.get(name, {}).get("enable_thinking"))
+    markers = Markers(ENGINE.specials(family.grammar.marker_strings))
+    options = GenerationOptions("m", reasoning=ReasoningOptions("enabled", budget_tokens=40))
+    constraint = build(options, (), family.grammar, markers, family=name, starts_in_reasoning=opened)
+    assert constraint is not None
+    eos = tuple(TOKENIZER.encode(t)[0] for t in family.stop_tokens if len(TOKENIZER.encode(t)) == 1)
+    steered = steer(
+        ENGINE.matcher(constraint.grammar, eos),
+        TOKENIZER.encode(script),
+        max_tokens=1000,
+        rng=random.Random(0),
+        preferred=ENGINE.preferred(eos),
+        closing=ENGINE.closing(eos),
+        stop_ids=eos,
+        prefixes=ENGINE.prefixes,
+    )
+    assert steered.complete, name
+    parser = family.parser(ParserOptions(starts_in_reasoning=opened))
+    events = parser.feed(TOKENIZER.decode(steered.token_ids)) + parser.close()
+    thought = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert 0 < len(TOKENIZER.encode(thought)) <= 41, name
+    assert "Paris is 18C and Rome is 21C." in text, (name, text)

@@ -323,3 +323,12 @@ def test_tool_choice_none_leaves_the_tools_out_of_the_prompt(stack: Served) -> N
     auto = c.chat.completions.create(model="m", messages=messages, tools=chat_tools())  # type: ignore[arg-type]
     assert bare.usage is not None and none.usage is not None and auto.usage is not None
     assert none.usage.prompt_tokens == bare.usage.prompt_tokens < auto.usage.prompt_tokens
+
+
+@STREAM
+def test_anthropic_any_without_parallel_calls_is_exactly_one_call(stack: Served, stream: bool) -> None:
+    forced = {"type": "any", "disable_parallel_tool_use": True}
+    text, calls = anthropic_turn(stack, stream, "TWO", tools=anthropic_tools(), tool_choice=forced)
+    assert calls == [("Bash", {"command": "ls"})] and text.strip() == ""
+    _, both = anthropic_turn(stack, stream, "TWO", tools=anthropic_tools(), tool_choice={"type": "any"})
+    assert len(both) == 2  # parallel calls allowed: the script's two

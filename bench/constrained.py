@@ -11,8 +11,9 @@
    the same output length, CPU per generated token with and without a constraint, same run:
    `follow` — the script obeys the grammar (tool_choice required, the script's own call: the
    matcher checks each token, no mask is computed); `steer` — the script is prose and the grammar
-   forces a call (masks at every divergence). Target: the added CPU ≤ 5 % of the sim's per-token
-   CPU at 64 streams.
+   forces a call (masks at every divergence); each with the sim's memo of steered plans off
+   (`uncached`: every request steered anew) and on (`memoized`: the default). Target: the added CPU
+   ≤ 5 % of the sim's per-token CPU at 64 streams.
 3. **End to end**: `agentserve up`'s app in process (frontend, router, 2 zero-time sim workers, via
    httpx's ASGI transport), N concurrent Chat requests, tokens/s with `tool_choice: required` vs
    `auto` on the same script, the ratio.
@@ -150,12 +151,23 @@ def compile_times(label: str, schemas: list[tuple[str, dict[str, Any]]]) -> None
 # -- 2. the sim worker ------------------------------------------------------------------------------
 
 
-async def sim_cpu(
-    streams: int, tokens: int, mode: str, constrained: bool, distinct: bool
-) -> tuple[float, int]:
+async def sim_cpu(streams: int, tokens: int, mode: str, constrained: bool, memo: bool) -> tuple[float, int]:
     """CPU µs per generated token, and the tokens generated, for N concurrent sim requests (after one
     warm-up request: the grammar is compiled and the tokenizer built, as in a running worker).
-    `distinct`: every prompt has its own length, so its own seed: no steered plan is reused."""
+    Every prompt has its own length (its own seed). `memo` False: the sim's memo of steered plans
+    is off, so every request is steered anew (the per-token cost of the masks themselves)."""
+    from agentserve.worker import constrained as steering
+
+    saved = steering.PLAN_CACHE
+    steering.PLAN_CACHE = saved if memo else 0
+    steering._plans.clear()
+    try:
+        return await _sim_cpu(streams, tokens, mode, constrained)
+    finally:
+        steering.PLAN_CACHE = saved
+
+
+async def _sim_cpu(streams: int, tokens: int, mode: str, constrained: bool) -> tuple[float, int]:
     from agentserve.worker.engine import GenerateRequest, SamplingParams
     from agentserve.worker.engines.sim import SimConfig, SimEngine
     from agentserve.worker.outputs import OutputContext
@@ -181,9 +193,7 @@ async def sim_cpu(
         )  # fmt: skip
     await engine.start()
     sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
-    prompts = [
-        [1000 + (i * 7919 + j) % 4000 for j in range(64 + (i if distinct else 0))] for i in range(streams)
-    ]
+    prompts = [[1000 + (i * 7919 + j) % 4000 for j in range(64 + i)] for i in range(streams)]
 
     async def one(i: int, prompt: list[int]) -> int:
         request = GenerateRequest(f"r{i}", prompt, sampling, constraint=constraint)
@@ -276,14 +286,14 @@ def main() -> None:
     print("\n2. sim worker CPU per generated token (zero-time sim), constrained vs not, same run")
     tokens = 128 if args.quick else 512
     for mode in ("follow", "steer"):
-        for distinct in (True, False):
+        for memo in (False, True):
             for streams in (1, 64, 256):
                 if args.quick and streams == 256:
                     continue
-                base, n0 = asyncio.run(sim_cpu(streams, tokens, mode, False, distinct))
-                cons, n1 = asyncio.run(sim_cpu(streams, tokens, mode, True, distinct))
+                base, n0 = asyncio.run(sim_cpu(streams, tokens, mode, False, memo))
+                cons, n1 = asyncio.run(sim_cpu(streams, tokens, mode, True, memo))
                 share = (cons - base) / cons * 100
-                kind = "distinct" if distinct else "repeated"
+                kind = "memoized" if memo else "uncached"
                 print(
                     f"  {mode:<6} {kind:<8} {streams:4} streams: unconstrained {base:6.1f} µs/token "
                     f"({n0} tok), constrained {cons:6.1f} µs/token ({n1} tok): ×{cons / base:4.2f}, "

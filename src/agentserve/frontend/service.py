@@ -196,6 +196,9 @@ class Frontend:
 
     def render(self, request: DecodedRequest) -> RenderedPrompt:
         """The prompt exactly as the real request renders it (count_tokens uses this too)."""
+        if self.constrainer.drops_tools(request):
+            # tool_choice none: the family's template renders no tool preamble for no tools.
+            request = replace(request, conversation=replace(request.conversation, tools=()))
         options = request.options
         try:
             return render_prompt(
@@ -246,12 +249,7 @@ class Frontend:
             restored = self.answers.restore(replaying, request.conversation)
             if restored is not request.conversation:
                 request = replace(request, conversation=restored)
-        if self.constrainer.drops_tools(request):
-            # tool_choice none: the template renders no tool preamble (documented per family).
-            unoffered = replace(request.conversation, tools=())
-            prompt = self.render(replace(request, conversation=unoffered))
-        else:
-            prompt = self.render(request)
+        prompt = self.render(request)
         constraint = self.constrainer.constraint(request, starts_in_reasoning=prompt.starts_in_reasoning)
         canonical = prompt.text
         extends = None

@@ -332,3 +332,20 @@ def test_anthropic_any_without_parallel_calls_is_exactly_one_call(stack: Served,
     assert calls == [("Bash", {"command": "ls"})] and text.strip() == ""
     _, both = anthropic_turn(stack, stream, "TWO", tools=anthropic_tools(), tool_choice={"type": "any"})
     assert len(both) == 2  # parallel calls allowed: the script's two
+
+
+def test_count_tokens_counts_the_prompt_tool_choice_none_sends(stack: Served) -> None:
+    a = anthropic.Anthropic(base_url=stack.url, api_key="k", max_retries=0)
+    messages: Any = [{"role": "user", "content": "hello"}]
+    none = a.messages.count_tokens(
+        model="m", messages=messages, tools=anthropic_tools(), tool_choice={"type": "none"}
+    )
+    bare = a.messages.count_tokens(model="m", messages=messages)
+    sent = a.messages.create(
+        model="m", max_tokens=50, messages=messages, tools=anthropic_tools(), tool_choice={"type": "none"}
+    )
+    usage = sent.usage
+    sent_tokens = (
+        usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    )
+    assert none.input_tokens == bare.input_tokens == sent_tokens

@@ -9,14 +9,16 @@ what cannot be enforced into the API's own 400 naming the field — before any e
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from agentserve.api.errors import InvalidRequestError
+from agentserve.api.options import GenerationOptions
 from agentserve.api.request import ApiName, DecodedRequest
 from agentserve.constraints.build import ConstraintError, ParamKind, build, needs_constraint, plan
 from agentserve.constraints.engine import GrammarEngine, engine_for, schema_error
 from agentserve.constraints.spec import Constraint
 from agentserve.families.base import Family
-from agentserve.families.grammar import ANY_OBJECT, Markers
+from agentserve.families.grammar import ANY_OBJECT, Markers, ToolGrammar
 
 _TOOL_PARAM: dict[ApiName, str] = {
     "anthropic": "tools.{}.input_schema",
@@ -33,6 +35,20 @@ _THINKING_PARAM: dict[ApiName, str] = {
     "chat": "reasoning_effort",
     "responses": "reasoning",
 }
+
+
+def binding_budget(
+    options: GenerationOptions, grammar: ToolGrammar | None, max_tokens: int | None
+) -> GenerationOptions:
+    """`options` without a thinking budget that cannot bind (see `Constrainer.constraint`)."""
+    reasoning = options.reasoning
+    budget = reasoning.budget_tokens
+    if budget is None:
+        return options
+    reasons = grammar is not None and (grammar.think is not None or grammar.layout is not None)
+    if reasons and (max_tokens is None or budget < max_tokens):
+        return options
+    return replace(options, reasoning=replace(reasoning, budget_tokens=None))
 
 
 def param_for(api: ApiName, kind: ParamKind, index: int | None = None) -> str:
@@ -92,9 +108,15 @@ class Constrainer:
             and grammar.renders_nothing_without_tools
         )
 
-    def constraint(self, request: DecodedRequest, *, starts_in_reasoning: bool) -> Constraint | None:
-        """The request's checked constraint (None: it needs none). Raises InvalidRequestError."""
-        options = request.options
+    def constraint(
+        self, request: DecodedRequest, *, starts_in_reasoning: bool, max_tokens: int | None = None
+    ) -> Constraint | None:
+        """The request's checked constraint (None: it needs none). Raises InvalidRequestError.
+
+        A thinking budget binds only where the family has a reasoning block and the budget is below
+        the output's own limit (`max_tokens`, as clamped): Claude Code's `budget_tokens` 31999 with
+        `max_tokens` 32000, or any budget on a family that cannot reason, needs no grammar."""
+        options = binding_budget(request.options, self.family.grammar, max_tokens)
         tools = request.conversation.tools
         if not needs_constraint(options, tools):
             return None

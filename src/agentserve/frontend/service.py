@@ -250,7 +250,6 @@ class Frontend:
             if restored is not request.conversation:
                 request = replace(request, conversation=restored)
         prompt = self.render(request)
-        constraint = self.constrainer.constraint(request, starts_in_reasoning=prompt.starts_in_reasoning)
         canonical = prompt.text
         extends = None
         if replaying is not None:
@@ -258,6 +257,9 @@ class Frontend:
         requested = request.options.max_tokens
         max_tokens = output_budget(
             None if requested == 0 else requested, len(prompt.token_ids), self.context_window, self.max_output
+        )
+        constraint = self.constrainer.constraint(
+            request, starts_in_reasoning=prompt.starts_in_reasoning, max_tokens=max_tokens
         )
         drift = previous_prompt = None
         if session is not None:

@@ -247,3 +247,27 @@ def test_every_reasoning_family_closes_its_thought_at_the_budget(name: str) -> N
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert 0 < len(TOKENIZER.encode(thought)) <= 41, name
     assert "Paris is 18C and Rome is 21C." in text, (name, text)
+
+
+def test_a_budget_that_cannot_bind_needs_no_grammar() -> None:
+    """Claude Code sends budget_tokens 31999 with max_tokens 32000; where the model's output limit
+    clamps max_tokens below the budget, nothing is left to enforce: no grammar. Nor on a family
+    without a reasoning block."""
+    from agentserve.api.request import DecodedRequest
+    from agentserve.conversation import Conversation, Message, Text
+    from agentserve.frontend.constrain import Constrainer
+
+    def request(budget: int) -> DecodedRequest:
+        reasoning = ReasoningOptions("enabled", budget_tokens=budget)
+        options = GenerationOptions("m", max_tokens=32000, reasoning=reasoning)
+        conversation = Conversation(messages=(Message("user", (Text("hi"),)),))
+        return DecodedRequest(api="anthropic", conversation=conversation, options=options)
+
+    qwen3 = Constrainer(QWEN3, TOKENIZER.to_json, EOS)
+    unclamped = qwen3.constraint(request(31999), starts_in_reasoning=False, max_tokens=32000)
+    assert unclamped is not None and "max_tokens=31999" in unclamped.grammar
+    assert qwen3.constraint(request(31999), starts_in_reasoning=False, max_tokens=8192) is None
+    bound = qwen3.constraint(request(2048), starts_in_reasoning=False, max_tokens=32000)
+    assert bound is not None and "max_tokens=2048" in bound.grammar
+    llama = Constrainer(get_family("llama3-json"), TOKENIZER.to_json, EOS)
+    assert llama.constraint(request(2048), starts_in_reasoning=False, max_tokens=32000) is None

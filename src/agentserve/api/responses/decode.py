@@ -205,9 +205,6 @@ class _Decoder:
                 raise InvalidRequestError(f"unsupported input item type {kind!r}", param=at(path, "type"))
         self.flush()
 
-    def custom_format(self, value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
-        return _custom_format(self, value, path)
-
     def add_tools(self, value: Any, path: str, namespace: str | None = None) -> None:
         if value is None:
             return
@@ -236,12 +233,12 @@ class _Decoder:
                 strict = opt_bool(tool, "strict", tpath) is True
             else:
                 parameters = custom_tool_parameters()
-                enforce = self.custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"))
+                enforce = _custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"), self.ignored)
             self.tools.append(ToolSpec(name, description, parameters, strict, enforce))
             self.tool_kinds[name] = ResponsesTool(kind, namespace)  # type: ignore[arg-type]
 
 
-def _custom_format(decoder: Any, value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+def _custom_format(value: dict[str, Any] | None, path: str, ignored: list[str]) -> dict[str, Any] | None:
     """A custom tool's `format`: `text` (free input), or a `grammar` whose `regex` definition the
     constraint enforces on the input; a `lark` definition is accepted and not enforced (the input is
     a JSON string inside the family's call syntax, where a Lark grammar cannot be applied)."""
@@ -253,7 +250,7 @@ def _custom_format(decoder: Any, value: dict[str, Any] | None, path: str) -> dic
     syntax = one_of(req_str(value, "syntax", path), ("lark", "regex"), at(path, "syntax"))
     definition = req_str(value, "definition", path)
     if syntax == "lark":
-        decoder.ignored.append(at(path, "definition"))
+        ignored.append(at(path, "definition"))
         return None
     # The whole input matches (a JSON Schema `pattern` alone matches anywhere in the string).
     anchored = f"^(?:{definition})$"

@@ -67,13 +67,13 @@ RESPONSES_TOOLS = [
 SEEDS: dict[str, dict[str, Any]] = {
     "/v1/messages": {
         "model": "qwen3-sim",
-        "max_tokens": 64,
+        "max_tokens": 1100,
         "system": [
             {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}
         ],
         "tools": ANTHROPIC_TOOLS,
         "tool_choice": {"type": "auto"},
-        "thinking": {"type": "enabled", "budget_tokens": 16},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
         "metadata": {"user_id": "user_abc_account__session_0b5c8f1e-1a2b-4c3d-8e9f-0123456789ab"},
         "messages": [
             {"role": "user", "content": "list the files"},

@@ -107,6 +107,14 @@ class FrontendConfig(PromptConfig):
     port: int = Field(8000, ge=0, le=65535, description="port to listen on")
     apis: list[ApiName] = Field(default_factory=lambda: list(ALL_APIS), description="APIs served")
     enable_streaming_tool_dispatch: bool = Field(True, description="dispatch tool calls while decoding")
+    constrained_decoding: bool = Field(
+        True,
+        description="enforce tool_choice, parallel_tool_calls, strict tools, JSON output formats and "
+        "thinking budgets with a grammar (off: such requests are refused with 400)",
+    )
+    constraint_cache_size: int = Field(
+        256, ge=1, description="compiled grammars kept (least recently used go first)"
+    )
     codex_catalog: bool = Field(True, description="serve the Codex model catalog")
     router_url: str | None = Field(None, description="router service URL (default: embedded router)")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
@@ -337,6 +345,14 @@ class WorkerConfig(_Config):
     )
     kv_retention: Literal["off", "agent"] = Field(
         "agent", description="honour the retention sent with requests (off: plain LRU)"
+    )
+    guided_decoding_backend: Literal["llguidance", "xgrammar"] | None = Field(
+        "llguidance",
+        description="grammar backend for constrained requests (trtllm LLM(guided_decoding_backend=…); "
+        "None: constrained requests are refused)",
+    )
+    constraint_cache_size: int = Field(
+        256, ge=1, description="compiled grammars the sim engine keeps (least recently used go first)"
     )
     host_cache_size: int = Field(
         0, ge=0, description="host (secondary) KV cache in bytes (trtllm KvCacheConfig.host_cache_size)"

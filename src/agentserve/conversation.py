@@ -94,6 +94,10 @@ class ToolSpec:
     name: str
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)  # JSON schema of the arguments object
+    strict: bool = False  # the arguments must match `parameters` (enforced by the constraint)
+    # What the constraint enforces instead of `parameters` (a Responses custom tool's regex format),
+    # always; `parameters` stays what the prompt shows.
+    enforce: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

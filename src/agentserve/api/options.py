@@ -18,6 +18,8 @@ ThinkingMode: TypeAlias = Literal["default", "enabled", "adaptive", "disabled"]
 class ToolChoice:
     mode: ToolChoiceMode = "auto"
     name: str | None = None  # the forced tool when mode == "named"
+    # Chat / Responses `allowed_tools`: the only tools a call may name (None: every tool offered).
+    allowed: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -235,7 +235,7 @@ class AnthropicToolChoiceTool(_Open):
 
 class AnthropicThinkingEnabled(_Open):
     type: Literal["enabled"]
-    budget_tokens: Annotated[int, Field(ge=1, description="less than max_tokens")]
+    budget_tokens: Annotated[int, Field(ge=1024, description="at least 1024 and less than max_tokens")]
 
 
 class AnthropicThinkingAdaptive(_Open):
@@ -465,6 +465,24 @@ class ChatToolChoiceFunction(_Open):
     function: ChatNamedFunction
 
 
+class ChatAllowedFunction(_Open):
+    type: Literal["function"]
+    function: ChatNamedFunction
+
+
+class ChatAllowedTools(_Open):
+    mode: Literal["auto", "required"]
+    tools: list[ChatAllowedFunction] = Field(description="functions in `tools` the model may call")
+
+
+ChatToolChoiceMode = Literal["auto", "none", "required"]
+
+
+class ChatToolChoiceAllowed(_Open):
+    type: Literal["allowed_tools"]
+    allowed_tools: ChatAllowedTools
+
+
 class ChatStreamOptions(_Open):
     include_usage: bool | None = None
 
@@ -505,7 +523,9 @@ class ChatCompletionRequest(_Open):
     ]
     tools: Annotated[list[ChatFunctionTool | ChatOtherTool], Field(max_length=128)] | None = None
     functions: list[ChatFunctionDef] | None = None
-    tool_choice: Literal["auto", "none", "required"] | ChatToolChoiceFunction | None = None
+    tool_choice: (
+        Literal["auto", "none", "required"] | ChatToolChoiceFunction | ChatToolChoiceAllowed | None
+    ) = None
     function_call: Literal["auto", "none", "required"] | ChatNamedFunction | None = None
     parallel_tool_calls: bool | None = None
     stream: bool | None = None
@@ -659,11 +679,23 @@ class ResponsesFunctionTool(_Open):
     parameters: OpenAIParameters | None = None
 
 
+class ResponsesCustomTextFormat(_Open):
+    type: Literal["text"]
+
+
+class ResponsesCustomGrammarFormat(_Open):
+    """`regex`: the whole input must match (enforced); `lark`: accepted, not enforced."""
+
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
 class ResponsesCustomTool(_Open):
     type: Literal["custom"]
     name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
-    format: Json | None = None
+    format: ResponsesCustomTextFormat | ResponsesCustomGrammarFormat | None = None
 
 
 class ResponsesHostedTool(_Open):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from agentserve.families.grammar import ToolGrammar
 from agentserve.parsing.stream import OutputParser, ParserOptions
 
 
@@ -28,6 +29,9 @@ class Family:
     # them a call turn runs past its terminator (gpt-oss's tokenizer EOS is `<|return|>`, not
     # `<|call|>`) and the model invents the tool's result. trtllm-serve's harmony path adds the same.
     stop_tokens: tuple[str, ...] = ()
+    # The family's syntax as constraint grammar source (None: constrained decoding is refused with
+    # a 400 for this family).
+    grammar: ToolGrammar | None = None
     _compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

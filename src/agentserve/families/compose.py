@@ -18,6 +18,7 @@ import dataclasses
 import sys
 
 from agentserve.families import Family, UnknownFamilyError, get_family
+from agentserve.families.grammar import ToolGrammar
 from agentserve.parsing.stream import ParserOptions, StreamParser, Syntax
 
 
@@ -59,7 +60,10 @@ def with_parsers(base: Family, reasoning_parser: str | None, tool_call_parser: s
         if reasoning is base:
             return base
         return dataclasses.replace(
-            base, make_parser=tools.make_parser, starts_in_reasoning=tools.starts_in_reasoning
+            base,
+            make_parser=tools.make_parser,
+            starts_in_reasoning=tools.starts_in_reasoning,
+            grammar=tools.grammar,  # constraints are written in the syntax the parser reads
         )
     r_syntax, t_syntax = _syntax(reasoning), _syntax(tools)
     for family, syntax in ((reasoning, r_syntax), (tools, t_syntax)):
@@ -76,5 +80,16 @@ def with_parsers(base: Family, reasoning_parser: str | None, tool_call_parser: s
         return StreamParser(syntax, options)
 
     return dataclasses.replace(
-        base, make_parser=make_parser, starts_in_reasoning=reasoning.starts_in_reasoning
+        base,
+        make_parser=make_parser,
+        starts_in_reasoning=reasoning.starts_in_reasoning,
+        grammar=combined_grammar(reasoning.grammar, tools.grammar),
     )
+
+
+def combined_grammar(reasoning: ToolGrammar | None, tools: ToolGrammar | None) -> ToolGrammar | None:
+    """The tool family's call grammar with the reasoning family's think markers (None, so constrained
+    requests are refused, where either lays out its whole output itself or has no grammar)."""
+    if reasoning is None or tools is None or reasoning.layout is not None or tools.layout is not None:
+        return None
+    return dataclasses.replace(tools, think=reasoning.think)

@@ -15,8 +15,28 @@ inside the reasoning ends the reasoning, so the call is never lost in the though
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentserve.families.base import Family
-from agentserve.families.deepseek_v31 import CALLS_BEGIN, END_OF_SENTENCE, tool_calls_block
+from agentserve.families.deepseek_v31 import (
+    CALL_BEGIN,
+    CALL_END,
+    CALLS_BEGIN,
+    CALLS_END,
+    END_OF_SENTENCE,
+    SEP,
+    tool_calls_block,
+)
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    json_rule,
+    lit,
+    repeat,
+)
 from agentserve.parsing.stream import ParserOptions, StreamParser, Syntax
 
 SYNTAX = Syntax(
@@ -30,6 +50,30 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: the V3 form, `function<｜tool▁sep｜>NAME` + the JSON arguments in a ```json fence."""
+    bodies = alternatives(
+        [
+            f'"function" {m.tok(SEP)} {lit(t.name)} WS? "```json" WS? {json_rule(t.schema)} WS? "```"'
+            for t in tools
+        ]
+    )
+    return "\n".join(
+        (
+            f"calls: {m.tok(CALLS_BEGIN)} {repeat('call', 'WS?', count)} WS? {m.tok(CALLS_END)}",
+            f"call: {m.tok(CALL_BEGIN)} call_body WS? {m.tok(CALL_END)}",
+            f"call_body: {bodies}",
+        )
+    )
+
+
+GRAMMAR = ToolGrammar(
+    grammar_calls,
+    think=("<think>", "</think>"),
+    markers=(CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP),
+)
+
+
 FAMILY = Family(
     name="deepseek-r1",
     description="DeepSeek-R1 / R1-0528 / R1 distills: reasoning until </think>, V3-style tool calls",
@@ -38,4 +82,5 @@ FAMILY = Family(
     model_patterns=(r"deepseek-r1",),
     starts_in_reasoning=True,
     stop_tokens=("<｜end▁of▁sentence｜>",),
+    grammar=GRAMMAR,
 )

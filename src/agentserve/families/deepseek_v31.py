@@ -23,9 +23,20 @@ an ordinary case here (vLLM#48020). V3.1 is hybrid: the thinking template ends t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    json_rule,
+    lit,
+    repeat,
+)
 from agentserve.parsing.delimited import WHITESPACE, DelimitedArgs
 from agentserve.parsing.markerblock import MarkerBlock
 from agentserve.parsing.scanner import MarkerSet
@@ -223,6 +234,24 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: the V3.1 form, `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>`."""
+    bodies = alternatives([f"{lit(t.name)} {m.tok(SEP)} {json_rule(t.schema)}" for t in tools])
+    return "\n".join(
+        (
+            f"calls: {m.tok(CALLS_BEGIN)} {repeat('call', 'WS?', count)} WS? {m.tok(CALLS_END)}",
+            f"call: {m.tok(CALL_BEGIN)} call_body {m.tok(CALL_END)}",
+            f"call_body: {bodies}",
+        )
+    )
+
+
+GRAMMAR = ToolGrammar(
+    grammar_calls,
+    think=("<think>", "</think>"),
+    markers=(CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP),
+)
+
 FAMILY = Family(
     name="deepseek-v3.1",
     description="DeepSeek V3 / V3-0324 / V3.1 / V3.1-Terminus: <think> reasoning, <｜tool▁calls▁begin｜>",
@@ -238,4 +267,5 @@ FAMILY = Family(
     # V3.2 writes DSML, another format: not this family.
     model_patterns=(r"deepseek-v3(?!\.[2-9])",),
     stop_tokens=("<｜end▁of▁sentence｜>",),
+    grammar=GRAMMAR,
 )

@@ -22,9 +22,21 @@ Raw output::
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    lit,
+    repeat,
+    text_without,
+    xml_parameters,
+)
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 from agentserve.parsing.xmlblock import NAME_LIMIT, XmlCallBlock, is_partial, skip_ws, tags
 
@@ -183,6 +195,35 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: `<tool_call>NAME` + `<arg_key>K</arg_key><arg_value>V</arg_value>` pairs."""
+
+    def param(key: str, value: str) -> str:
+        # The parser reads a name only when a newline, `<arg_key>` or `</tool_call>` follows it.
+        return (
+            f'"\\n"? {m.tok("<arg_key>")} {key} {m.tok("</arg_key>")} "\\n"? {m.tok("<arg_value>")} {value}'
+        )
+
+    rules = [
+        f"calls: {repeat('call', 'WS?', count)}",
+        f'call: {m.tok(TOOL_CALL)} function "\\n"? {m.tok("</tool_call>")}',
+        "function: " + alternatives([f"function_{i}" for i in range(len(tools))]),
+    ]
+    for i, tool in enumerate(tools):
+        close = m.tok("</arg_value>")
+        params = xml_parameters(tool, param, f"AVALUE {close}", close, "AKEY")
+        rules.append(f"function_{i}: {lit(tool.name)} {params}")
+    closers = ["</arg_value>", "<arg_key>", "</tool_call>"]
+    rules += [f"AVALUE: {text_without(closers, nonempty=False)}", "AKEY: /[^<\\n]+/"]
+    return "\n".join(rules)
+
+
+GRAMMAR = ToolGrammar(
+    grammar_calls,
+    think=("<think>", "</think>"),
+    markers=(TOOL_CALL, "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
+)
+
 FAMILY = Family(
     name="glm-4.5",
     description="GLM-4.5 / 4.6 / 4.7 / 5.x: <think> reasoning, <tool_call>NAME<arg_key>…<arg_value>… calls",
@@ -190,4 +231,5 @@ FAMILY = Family(
     aliases=("glm45", "glm4.5", "glm-4.6", "glm46", "glm47", "glm-4.7", "glm-5", "glm5", "glm", "glm4-moe"),
     model_patterns=(r"glm-?4\.[567]", r"glm-?5"),
     stop_tokens=("<|observation|>", "<|user|>"),
+    grammar=GRAMMAR,
 )

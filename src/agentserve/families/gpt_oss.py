@@ -24,6 +24,7 @@ import re
 
 from agentserve.conversation import OutputEvent, TextDelta
 from agentserve.families.base import Family
+from agentserve.families.grammar import Markers, Shape, ToolGrammar, alternatives, json_rule, lit
 from agentserve.parsing.delimited import WHITESPACE, DelimitedArgs
 from agentserve.parsing.scanner import MarkerSet
 from agentserve.parsing.segments import SegmentWriter
@@ -306,6 +307,48 @@ def make_parser(options: ParserOptions) -> HarmonyParser:
     return HarmonyParser(options)
 
 
+def grammar_layout(shape: Shape, m: Markers) -> str:
+    """The whole output in harmony: analysis messages (the reasoning, at most `budget` tokens in
+    all when budgeted), then a `final` message (text, or the JSON answer) or a commentary preamble
+    and a call `to=functions.NAME` (one per turn: `<|call|>` ends it). The end tokens `<|return|>`
+    and `<|call|>` are the engine's stop tokens, allowed wherever the grammar may end."""
+    channel, message, start = m.tok(CHANNEL), m.tok(MESSAGE), m.tok(START)
+    next_message = f'{m.tok(END)} {start} "assistant"'
+    limit = f"[max_tokens={shape.budget}]" if shape.budget is not None else ""
+    rules = [f"thought{limit}: THOUGHT", "THOUGHT: /(.|\\n)*/", "FREE: /(.|\\n)*/", "WS: /[ \\t\\r\\n]+/"]
+    analysis = f'{channel} "analysis" {message} thought {next_message}'
+    if shape.starts_in_reasoning:
+        rules.insert(0, f"start: thought {next_message} body")
+    else:
+        repeat = "?" if shape.budget is not None else "*"  # a budget counts one analysis message
+        rules.insert(0, f"start: ({analysis}){repeat} body")
+    body: list[str] = []
+    if shape.json_schema is not None:
+        body.append(f'{channel} "final" {message} {json_rule(shape.json_schema)}')
+    elif shape.text:
+        body.append(f'{channel} "final" {message} FREE')
+    if shape.count is not None and shape.tools:
+        calls = alternatives(
+            [
+                f'{lit("commentary to=functions." + t.name)} WS? ({m.tok(CONSTRAIN)} "json")? {message} '
+                + json_rule(t.schema)
+                for t in shape.tools
+            ]
+        )
+        rules.append(f"call: {channel} call_body")
+        rules.append(f"call_body: {calls}")
+        if shape.count.least == 0 and shape.text:
+            rules.append(f'preamble: {channel} "commentary" {message} FREE {next_message}')
+            body.append("preamble? call")
+        else:
+            body.append("call")
+    rules.insert(1, "body: " + " | ".join(body))
+    return "\n".join(rules) + "\n"
+
+
+GRAMMAR = ToolGrammar(layout=grammar_layout, extra_markers=(START, CHANNEL, CONSTRAIN, MESSAGE, END))
+
+
 FAMILY = Family(
     name="gpt-oss",
     description="gpt-oss (OpenAI harmony): analysis/commentary/final channels, to=functions.NAME calls",
@@ -313,4 +356,5 @@ FAMILY = Family(
     aliases=("harmony", "gpt_oss", "openai", "gptoss"),
     model_patterns=(r"gpt-oss",),
     stop_tokens=(CALL, RETURN),
+    grammar=GRAMMAR,
 )

@@ -14,8 +14,20 @@ section before `</think>`: the section then ends the reasoning (vLLM PR #32216, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    json_rule,
+    lit,
+    repeat,
+)
 from agentserve.parsing.delimited import DelimitedArgs
 from agentserve.parsing.markerblock import MarkerBlock
 from agentserve.parsing.scanner import MarkerSet
@@ -149,6 +161,32 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: a tool-calls section of `functions.NAME:IDX` + JSON arguments."""
+    arg = m.tok("<|tool_call_argument_begin|>")
+    bodies = alternatives([f"{lit(f'functions.{t.name}:')} IDX {arg} {json_rule(t.schema)}" for t in tools])
+    return "\n".join(
+        (
+            f"calls: {m.tok(SECTION_BEGIN[0])} {repeat('call', 'WS?', count)} WS? {m.tok(SECTION_END[0])}",
+            f"call: {m.tok('<|tool_call_begin|>')} call_body {m.tok('<|tool_call_end|>')}",
+            f"call_body: {bodies}",
+            "IDX: /[0-9]+/",
+        )
+    )
+
+
+GRAMMAR = ToolGrammar(
+    grammar_calls,
+    think=("<think>", "</think>"),
+    markers=(
+        *SECTION_BEGIN,
+        *SECTION_END,
+        "<|tool_call_begin|>",
+        "<|tool_call_end|>",
+        "<|tool_call_argument_begin|>",
+    ),
+)
+
 FAMILY = Family(
     name="kimi-k2",
     description="Kimi K2 / K2-Thinking / K2.5: <think> reasoning, <|tool_calls_section_begin|> calls",
@@ -156,4 +194,5 @@ FAMILY = Family(
     aliases=("kimi_k2", "kimi-k2.5", "kimi-k25", "kimi-k2-thinking"),
     model_patterns=(r"kimi-k2",),
     stop_tokens=("<|im_end|>",),
+    grammar=GRAMMAR,
 )

@@ -15,7 +15,19 @@ released at its first key rather than held to its end. Built-in tool calls in Py
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    json_rule,
+    name_arguments_schema,
+    repeat,
+)
 from agentserve.parsing.jsonblock import JsonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -45,6 +57,22 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+SEMICOLON = 'WS? ";" WS?'
+
+
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: `{"name": …, "parameters": …}` objects, `;`-separated, opening the content."""
+    calls = alternatives([json_rule(name_arguments_schema(t, "parameters")) for t in tools])
+    return "\n".join(
+        (
+            f"calls: {m.tok('<|python_tag|>')}? {repeat('call', SEMICOLON, count)}",
+            f"call: {calls}",
+        )
+    )
+
+
+GRAMMAR = ToolGrammar(grammar_calls, markers=("<|python_tag|>",), calls_first=True, text_not_first="{")
+
 FAMILY = Family(
     name="llama3-json",
     description="Llama 3.1/3.2/3.3: JSON calls, bare or after <|python_tag|>, ';'-separated",
@@ -52,4 +80,5 @@ FAMILY = Family(
     aliases=("llama3_json", "llama3", "llama-3.1", "llama-3"),
     model_patterns=(r"llama-?3[._][123](?!\d)",),
     stop_tokens=("<|eom_id|>", "<|eot_id|>"),
+    grammar=GRAMMAR,
 )

@@ -28,9 +28,20 @@ The prompt ends `]~b]ai\\n<think>\\n`, so output begins mid-thought. Raw output:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    lit,
+    repeat,
+    xml_parameters,
+)
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 from agentserve.parsing.xmlblock import NAME_LIMIT, VALID_NAME, XmlCallBlock, is_partial, skip_ws, tags
 
@@ -217,6 +228,27 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: one `<minimax:tool_call>` wrapper of `<invoke name="…">` calls."""
+
+    def param(key: str, value: str) -> str:
+        return f'"<parameter name=\\"" {key} "\\">" {value} WS?'
+
+    rules = [
+        f"calls: {m.tok(WRAPPER)} WS? {repeat('invoke', 'WS?', count)} WS? {m.tok(WRAPPER_END)}",
+        "invoke: " + alternatives([f"invoke_{i}" for i in range(len(tools))]),
+    ]
+    for i, tool in enumerate(tools):
+        head = lit(f'<invoke name="{tool.name}">')
+        params = xml_parameters(tool, param, "mvalue", '"</parameter>"', "MKEY")
+        rules.append(f'invoke_{i}: {head} WS? {params} "</invoke>"')
+    # A raw value runs to its closing tag (`stop`: a greedy terminal could not end before it).
+    rules += ['mvalue[stop="</parameter>"]: /(.|\\n)*/', 'MKEY: /[^"\\n]+/']
+    return "\n".join(rules)
+
+
+GRAMMAR = ToolGrammar(grammar_calls, think=("<think>", "</think>"), markers=(WRAPPER, WRAPPER_END))
+
 FAMILY = Family(
     name="minimax-m2",
     description="MiniMax M2 / M2.1 / M2.5 / M2.7: output starts in <think>, "
@@ -226,4 +258,5 @@ FAMILY = Family(
     model_patterns=(r"minimax-?m2",),
     stop_tokens=("[e~[",),
     starts_in_reasoning=True,
+    grammar=GRAMMAR,
 )

@@ -15,9 +15,20 @@ text). A native `[CALL_ID]` is kept as the call's id.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    json_rule,
+    lit,
+    repeat,
+)
 from agentserve.parsing.jsonblock import JsonCallsBlock
 from agentserve.parsing.jsonstream import JsonValueScanner
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
@@ -205,6 +216,20 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: `[TOOL_CALLS]NAME[ARGS]{json}` per call (the current tokenizers' form)."""
+    bodies = alternatives([f"{lit(t.name)} {m.tok('[ARGS]')} {json_rule(t.schema)}" for t in tools])
+    return "\n".join(
+        (
+            f"calls: {repeat('call', '', count)}",
+            f"call: {m.tok('[TOOL_CALLS]')} call_body",
+            f"call_body: {bodies}",
+        )
+    )
+
+
+GRAMMAR = ToolGrammar(grammar_calls, think=("[THINK]", "[/THINK]"), markers=("[TOOL_CALLS]", "[ARGS]"))
+
 FAMILY = Family(
     name="mistral",
     description="Mistral/Mixtral/Devstral/Magistral: [TOOL_CALLS] calls (JSON array or NAME{json}), "
@@ -213,4 +238,5 @@ FAMILY = Family(
     aliases=("magistral", "devstral", "mixtral", "ministral"),
     model_patterns=(r"mistral", r"mixtral", r"magistral", r"devstral", r"ministral"),
     stop_tokens=("</s>",),
+    grammar=GRAMMAR,
 )

@@ -17,7 +17,19 @@ Nemotron 3 (hybrid Mamba-MoE) writes Qwen3-Coder XML calls and is not this famil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    json_rule,
+    name_arguments_schema,
+    repeat,
+)
 from agentserve.parsing.jsonblock import JsonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -38,6 +50,20 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: `<TOOLCALL>[{"name": …, "arguments": …}, …]</TOOLCALL>`."""
+    calls = alternatives([json_rule(name_arguments_schema(t)) for t in tools])
+    items = repeat("call", 'WS? "," WS?', count)
+    return "\n".join(
+        (
+            f'calls: {m.tok(OPEN)} WS? "[" WS? {items} WS? "]" WS? {m.tok(CLOSE)}',
+            f"call: {calls}",
+        )
+    )
+
+
+GRAMMAR = ToolGrammar(grammar_calls, think=("<think>", "</think>"), markers=(OPEN, CLOSE))
+
 FAMILY = Family(
     name="nemotron",
     description="Llama-Nemotron Nano/Super/Ultra v1/v1.5: <think> reasoning (on/off), <TOOLCALL> JSON calls",
@@ -49,4 +75,5 @@ FAMILY = Family(
         r"nemotron-(nano|super|ultra)-(\d+b-)?v\d",
     ),
     stop_tokens=("<|eot_id|>",),
+    grammar=GRAMMAR,
 )

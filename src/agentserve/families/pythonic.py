@@ -12,7 +12,21 @@ list of calls (`[1, 2]`, a Markdown link) comes out as text. Olmo 3 Think reason
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    is_any_object,
+    json_rule,
+    lit,
+    repeat,
+)
 from agentserve.parsing.pycalls import PythonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -45,6 +59,55 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+ANY_VALUE: Mapping[str, Any] = {}
+COMMA = 'WS? "," WS?'
+
+
+def _arguments(i: int, tool: GrammarTool, rules: list[str]) -> str:
+    """Rules for one call's keyword arguments, in schema order (optional ones may be left out; the
+    commas follow whichever are present), returning the nonterminal that starts them."""
+    schema = tool.schema
+    if is_any_object(schema):
+        pair = f'ARG_NAME "=" {json_rule(ANY_VALUE)}'
+        rules.append(f"args_{i}: ({pair} ({COMMA} {pair})*)?")
+        return f"args_{i}"
+    props = list((schema.get("properties") or {}).items())
+    required = set(schema.get("required") or ())
+    for k in range(len(props), -1, -1):
+        for comma in (0, 1):
+            name = f"args_{i}_{k}_{comma}"
+            if k == len(props):
+                rules.append(f'{name}: ""')
+                continue
+            key, sub = props[k]
+            value = json_rule(sub if isinstance(sub, Mapping) else {})
+            head = (f"{COMMA} " if comma else "") + f"{lit(key + '=')} {value}"
+            present = f"{head} args_{i}_{k + 1}_1"
+            skip = "" if key in required else f" | args_{i}_{k + 1}_{comma}"
+            rules.append(f"{name}: {present}{skip}")
+    return f"args_{i}_0_0"
+
+
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: `[NAME(key=value, …), …]`, values as JSON literals (which the parser reads as Python
+    literals: strings, numbers, lists, dicts, true/false/null)."""
+    rules: list[str] = []
+    calls = []
+    for i, tool in enumerate(tools):
+        start = _arguments(i, tool, rules)
+        rules.append(f'call_{i}: {lit(tool.name + "(")} WS? {start} WS? ")"')
+        calls.append(f"call_{i}")
+    head = [
+        f'calls: "[" WS? {repeat("call", COMMA, count)} WS? "]"',
+        f"call: {alternatives(calls)}",
+        "ARG_NAME: /[A-Za-z_][A-Za-z0-9_]*/",
+    ]
+    return "\n".join(head + rules)
+
+
+GRAMMAR = ToolGrammar(grammar_calls, calls_first=True, text_not_first="[")
+
+
 FAMILY = Family(
     name="pythonic",
     description="Llama 4 / Olmo 3 / others: [f(a=1), g(b='x')] Python-literal calls",
@@ -52,4 +115,5 @@ FAMILY = Family(
     aliases=("llama4_pythonic", "llama-4", "llama4", "olmo-3", "olmo3"),
     model_patterns=(r"llama-?4", r"olmo-?3"),
     stop_tokens=("<|eot_id|>", "<|eom_id|>", "<|eot|>", "<|eom|>"),
+    grammar=GRAMMAR,
 )

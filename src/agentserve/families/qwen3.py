@@ -15,7 +15,19 @@ A `<tool_call>` inside reasoning ends it (Qwen3.5 opens calls without closing it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    json_rule,
+    name_arguments_schema,
+    repeat,
+)
 from agentserve.parsing.jsonblock import JsonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -29,6 +41,21 @@ def _hermes_call(ctx: BlockContext) -> ToolBlock:
 SYNTAX = Syntax(tool_blocks={"<tool_call>": _hermes_call}, swallow=END_OF_TURN)
 
 
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: Hermes blocks, `<tool_call>` + `{"name": …, "arguments": …}` + `</tool_call>`."""
+    calls = alternatives([json_rule(name_arguments_schema(t)) for t in tools])
+    return "\n".join(
+        (
+            f"calls: {repeat('call', 'WS?', count)}",
+            f"call: {m.tok('<tool_call>')} WS? call_json WS? {m.tok('</tool_call>')}",
+            f"call_json: {calls}",
+        )
+    )
+
+
+GRAMMAR = ToolGrammar(grammar_calls, think=("<think>", "</think>"), markers=("<tool_call>", "</tool_call>"))
+
+
 def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
@@ -40,4 +67,5 @@ FAMILY = Family(
     aliases=("hermes", "qwen25", "qwen", "qwq"),
     model_patterns=(r"qwen3(?!-?coder|\.5|-?next)", r"qwq", r"hermes", r"qwen2\.5"),
     stop_tokens=("<|im_end|>",),
+    grammar=GRAMMAR,
 )

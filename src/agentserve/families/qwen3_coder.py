@@ -29,9 +29,20 @@ Raw output::
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
+from agentserve.families.grammar import (
+    CallCount,
+    GrammarTool,
+    Markers,
+    ToolGrammar,
+    alternatives,
+    lit,
+    repeat,
+    xml_parameters,
+)
 from agentserve.parsing.jsonblock import JsonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 from agentserve.parsing.xmlblock import NAME_LIMIT, VALID_NAME, XmlCallBlock, is_partial, skip_ws, tags
@@ -240,6 +251,29 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: `<tool_call>` + `<function=NAME>` + `<parameter=K>` raw values (docs: module)."""
+
+    def param(key: str, value: str) -> str:
+        return f'"<parameter=" {key} ">" {value} WS?'
+
+    rules = [
+        f"calls: {repeat('call', 'WS?', count)}",
+        f"call: {m.tok('<tool_call>')} WS? function WS? {m.tok('</tool_call>')}",
+        "function: " + alternatives([f"function_{i}" for i in range(len(tools))]),
+    ]
+    for i, tool in enumerate(tools):
+        params = xml_parameters(tool, param, "pvalue", '"</parameter>"', "PKEY", pad='"\\n"?')
+        rules.append(f'function_{i}: {lit(f"<function={tool.name}>")} WS? {params} "</function>"')
+    # A raw value runs to its closing tag (`stop`: a greedy terminal could not end before it).
+    rules += ['pvalue[stop="</parameter>"]: /(.|\\n)*/', "PKEY: /[^>\\n]+/"]
+    return "\n".join(rules)
+
+
+GRAMMAR = ToolGrammar(
+    grammar_calls, think=("<think>", "</think>"), markers=("<tool_call>", "</tool_call>", "<function=")
+)
+
 FAMILY = Family(
     name="qwen3-coder",
     description="Qwen3-Coder / Qwen3.5 / Qwen3-Next / Nemotron 3 / Step-3.5: <think> reasoning, "
@@ -265,4 +299,5 @@ FAMILY = Family(
         r"step-?3\.5",
     ),
     stop_tokens=("<|im_end|>",),
+    grammar=GRAMMAR,
 )

@@ -33,8 +33,10 @@ from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName, FrontendConfig
+from agentserve.constraints.spec import Constraint
 from agentserve.conversation import FinishReason, OutputEvent, ToolCallEnd, ToolCallStart, Usage
 from agentserve.frontend.backend import Backend
+from agentserve.frontend.constrain import Constrainer
 from agentserve.frontend.generate import Generation
 from agentserve.frontend.http import ChunkWriter
 from agentserve.frontend.models import served_models
@@ -91,6 +93,7 @@ class Prepared:
     discard_output: bool  # Anthropic max_tokens 0: prefill only (a cache pre-warm)
     drift: DriftReport | None
     trace: RequestTelemetry
+    constraint: Constraint | None = None  # the grammar the engine enforces (None: unconstrained)
 
     @property
     def model(self) -> str:
@@ -155,6 +158,13 @@ class Frontend:
         self.answers = AnswerMemory()
         # The family's end-of-turn tokens, sent with every request (resolved once, not per request).
         self.stops = engine_stops(pipeline.family.stop_tokens, pipeline.tokenizer.token_id)
+        self.constrainer = Constrainer(
+            pipeline.family,
+            pipeline.tokenizer.to_json,
+            self.stops.token_ids,
+            enabled=config.constrained_decoding,
+            cache_size=config.constraint_cache_size,
+        )
         self._prompt_lengths: OrderedDict[str, int] = OrderedDict()  # session → last prompt's length
         self.context_window = self.models[0].context_window
         self.max_output = self.models[0].max_output_tokens
@@ -186,6 +196,9 @@ class Frontend:
 
     def render(self, request: DecodedRequest) -> RenderedPrompt:
         """The prompt exactly as the real request renders it (count_tokens uses this too)."""
+        if self.constrainer.drops_tools(request):
+            # tool_choice none: the family's template renders no tool preamble for no tools.
+            request = replace(request, conversation=replace(request.conversation, tools=()))
         options = request.options
         try:
             return render_prompt(
@@ -245,6 +258,9 @@ class Frontend:
         max_tokens = output_budget(
             None if requested == 0 else requested, len(prompt.token_ids), self.context_window, self.max_output
         )
+        constraint = self.constrainer.constraint(
+            request, starts_in_reasoning=prompt.starts_in_reasoning, max_tokens=max_tokens
+        )
         drift = previous_prompt = None
         if session is not None:
             drift = self.drift.check(session, prompt.token_ids)
@@ -273,6 +289,7 @@ class Frontend:
             discard_output=requested == 0,
             drift=drift,
             trace=trace,
+            constraint=constraint,
         )
 
     async def open(self, p: Prepared) -> Generation:
@@ -287,6 +304,7 @@ class Frontend:
             hints=generation_hints(request.conversation),
             cache_salt=request.nvext.cache_salt,
             retention=self._retention(request, prompt, p.identity.session_id),
+            constraint=p.constraint,
         )
         route = route_request(request, prompt.block_hashes, len(prompt.token_ids), p.identity.session_id)
         try:

@@ -310,6 +310,31 @@ MAPPINGS: tuple[Mapping, ...] = (
         "enable_streaming_tool_dispatch",
         _s(lambda s: s.agent.streaming_tool_dispatch.enabled),
     ),
+    Mapping(
+        "agent.constrainedDecoding.enabled",
+        "frontend",
+        "constrained_decoding",
+        _s(lambda s: s.agent.constrained_decoding.enabled),
+    ),
+    Mapping(
+        "agent.constrainedDecoding.cacheSize",
+        "frontend",
+        "constraint_cache_size",
+        _s(lambda s: s.agent.constrained_decoding.cache_size),
+    ),
+    Mapping(
+        "agent.constrainedDecoding.cacheSize",
+        "worker",
+        "constraint_cache_size",
+        _s(lambda s: s.agent.constrained_decoding.cache_size),
+    ),
+    Mapping(
+        "agent.constrainedDecoding.backend",
+        "worker",
+        "guided_decoding_backend",
+        _s(lambda s: s.agent.constrained_decoding.backend),
+        "TensorRT-LLM LLM(guided_decoding_backend=…); disabled: the frontend sends no constraint",
+    ),
     Mapping("agent.apis", "frontend", "apis", _s(lambda s: list(s.agent.apis))),
     Mapping("agent.codexCatalog", "frontend", "codex_catalog", _s(lambda s: s.agent.codex_catalog)),
     # frontend

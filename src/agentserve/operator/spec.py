@@ -256,6 +256,22 @@ class StreamingToolDispatch(_Spec):
     enabled: bool = Field(True, description="dispatch each tool call as soon as its arguments are complete")
 
 
+class ConstrainedDecodingSpec(_Spec):
+    enabled: bool = Field(
+        True,
+        description="enforce tool_choice, parallel_tool_calls, strict tools, JSON output formats and "
+        "thinking budgets with a grammar (false: requests that need one are refused with 400)",
+    )
+    backend: Literal["llguidance", "xgrammar"] = Field(
+        "llguidance",
+        description="TensorRT-LLM workers' guided_decoding_backend (xgrammar enforces JSON answers only; "
+        "the sim always uses llguidance)",
+    )
+    cache_size: int = Field(
+        256, ge=1, le=65536, description="compiled grammars kept per frontend and per sim worker"
+    )
+
+
 class AgentSpec(_Spec):
     """Agent-facing behaviour of the frontend."""
 
@@ -282,6 +298,9 @@ class AgentSpec(_Spec):
     )
     streaming_tool_dispatch: StreamingToolDispatch = Field(
         StreamingToolDispatch.model_validate({}), description="streaming tool dispatch"
+    )
+    constrained_decoding: ConstrainedDecodingSpec = Field(
+        ConstrainedDecodingSpec.model_validate({}), description="constrained decoding (grammars)"
     )
     apis: list[ApiName] = Field(
         default_factory=lambda: list(ALL_APIS),

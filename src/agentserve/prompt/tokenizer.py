@@ -120,6 +120,10 @@ class Tokenizer:
     def token_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 
+    def to_json(self) -> str:
+        """The tokenizer.json text (the grammar engine builds its own tokenizer from it)."""
+        return self._tok.to_str()
+
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, runtime_checkable
 
+from agentserve.constraints.spec import Constraint
 from agentserve.conversation import FinishReason, Usage
 
 # --------------------------------------------------------------------------------------------------
@@ -110,6 +111,9 @@ class GenerateRequest:
     # balances). TensorRT-LLM pins it with `SchedulingParams(attention_dp_rank=…,
     # attention_dp_relax=False)`; the sim's `--sim-dp-ranks` engine runs it on that rank.
     dp_rank: int | None = None
+    # What the output must match (tool choice, strict schemas, output format, thinking budget), built
+    # and checked by the frontend; None: unconstrained (no cost anywhere).
+    constraint: Constraint | None = None
 
 
 # --------------------------------------------------------------------------------------------------

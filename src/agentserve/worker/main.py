@@ -6,6 +6,7 @@ import logging
 import math
 
 from agentserve.config import ConfigError, WorkerConfig
+from agentserve.worker.constrained import grammar_engine
 from agentserve.worker.engine import Engine
 from agentserve.worker.engines.sim import SimConfig, SimEngine
 from agentserve.worker.outputs import EchoPolicy, OutputPolicy, ScenarioError, ScriptPolicy, raw_format_for
@@ -98,6 +99,7 @@ def build_engine(config: WorkerConfig) -> Engine:
         timing=sim_timing(config.sim_profile),
     )
     policy = build_policy(config, tokenizer)
+    grammar_engine(tokenizer, cache_size=config.constraint_cache_size)  # sized once, built on first use
     if config.sim_dp_ranks > 1:
         from agentserve.worker.engines.sim_dp import DpSimEngine
 

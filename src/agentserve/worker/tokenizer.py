@@ -38,6 +38,15 @@ class HFTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
+    def to_json(self) -> str:
+        """The tokenizer.json text (the grammar engine builds its own tokenizer from it)."""
+        return self._tok.to_str()
+
+
+def tokenizer_json(tokenizer: Tokenizer) -> str | None:
+    """The tokenizer.json text of a worker tokenizer (None: the byte tokenizer)."""
+    return tokenizer.to_json() if isinstance(tokenizer, HFTokenizer) else None
+
 
 class ByteTokenizer:
     """One token per UTF-8 byte (ids 0–255)."""

@@ -6,7 +6,8 @@ Request body (JSON or msgpack, same shape)::
      "token_ids": [151644, 872, ...],         # the prompt, already tokenized by the frontend
      "sampling": {"max_tokens": 512, "temperature": 0.6, "stop": ["</answer>"], ...},
      "priority": 0,                           # optional; higher first
-     "hints": {"turn": 2, "last_user_message": "...", "last_message": "..."}}   # optional
+     "hints": {"turn": 2, "last_user_message": "...", "last_message": "..."},   # optional
+     "constraint": {"grammar": "start: …", "json_schema": {...}}}              # optional
 
 Response: a stream of frames, one per step (`Step`), each a mapping::
 
@@ -30,6 +31,7 @@ from typing import Any, Literal, Protocol, TypeAlias, get_args
 
 import msgpack
 
+from agentserve.constraints.spec import Constraint
 from agentserve.conversation import FinishReason, Usage
 from agentserve.worker.engine import (
     RETENTION_PRIORITY_MAX,
@@ -117,7 +119,37 @@ def encode_request(request: GenerateRequest) -> Frame:
         }
     if request.retention is not None:
         body["retention"] = encode_retention(request.retention)
+    if request.constraint is not None:
+        body["constraint"] = encode_constraint(request.constraint)
     return body
+
+
+MAX_GRAMMAR_CHARS = 4 << 20  # a constraint's grammar source (128 tools with large schemas fit)
+
+
+def encode_constraint(c: Constraint) -> Frame:
+    out: Frame = {"grammar": c.grammar}
+    if c.json_schema is not None:
+        out["json_schema"] = dict(c.json_schema)
+    return out
+
+
+def decode_constraint(raw: Any) -> Constraint:
+    """A constraint as `encode_constraint` writes it."""
+    if not isinstance(raw, Mapping):
+        raise WireError("constraint must be an object")
+    unknown = set(raw) - {"grammar", "json_schema"}
+    if unknown:
+        raise WireError(f"unknown constraint fields: {', '.join(sorted(map(str, unknown)))}")
+    grammar = raw.get("grammar")
+    if not isinstance(grammar, str) or not grammar or len(grammar) > MAX_GRAMMAR_CHARS:
+        raise WireError(
+            f"constraint.grammar must be a non-empty string of at most {MAX_GRAMMAR_CHARS} characters"
+        )
+    schema = raw.get("json_schema")
+    if schema is not None and not isinstance(schema, Mapping):
+        raise WireError("constraint.json_schema must be an object")
+    return Constraint(grammar, dict(schema) if schema is not None else None)
 
 
 def encode_retention(r: Retention) -> Frame:
@@ -224,7 +256,17 @@ _SAMPLING_KEYS = frozenset(
 def decode_request(data: Any) -> GenerateRequest:
     if not isinstance(data, Mapping):
         raise WireError("the request body must be an object")
-    known = {"request_id", "token_ids", "sampling", "priority", "hints", "cache_salt", "retention", "dp_rank"}
+    known = {
+        "request_id",
+        "token_ids",
+        "sampling",
+        "priority",
+        "hints",
+        "cache_salt",
+        "retention",
+        "dp_rank",
+        "constraint",
+    }
     unknown = set(data) - known
     if unknown:
         raise WireError(f"unknown fields: {', '.join(sorted(map(str, unknown)))}")
@@ -295,7 +337,19 @@ def decode_request(data: Any) -> GenerateRequest:
     dp_rank = data.get("dp_rank")
     if dp_rank is not None and (type(dp_rank) is not int or not 0 <= dp_rank < 1024):
         raise WireError("dp_rank must be an integer in 0..1023")
-    return GenerateRequest(rid, ids, sampling, priority, hints, retention, cache_salt=salt, dp_rank=dp_rank)
+    raw_constraint = data.get("constraint")
+    constraint = None if raw_constraint is None else decode_constraint(raw_constraint)
+    return GenerateRequest(
+        rid,
+        ids,
+        sampling,
+        priority,
+        hints,
+        retention,
+        cache_salt=salt,
+        dp_rank=dp_rank,
+        constraint=constraint,
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -101,3 +101,31 @@ def test_a_worker_that_goes_away_leaves_the_router(tmp_path: Any) -> None:
             body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
             r = httpx.post(url + "/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
             assert r.status_code == 529 and r.json()["error"]["type"] == "overloaded_error"
+
+
+@pytest.mark.parametrize("transport", ["mux", "http"])
+def test_a_constraint_reaches_a_network_worker(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    """The constraint crosses the generate wire (the mux connection, or one request per call) and the
+    remote sim obeys it: its script calls Bash, `tool_choice: none` gets text, a forced Read gets Read."""
+    monkeypatch.setenv("AGENTSERVE_WORKER_TRANSPORT", transport)
+    scenario = write_scenario(tmp_path, QWEN3_RULES, QWEN3_DEFAULT)
+    engine = build_engine(
+        WorkerConfig.model_validate({"family": "qwen3", "sim_script": scenario, "sim_speedup": 0})
+    )
+    with serving(worker_app(engine, publisher=KvEventPublisher("tcp://127.0.0.1:*"))) as (worker_url, _):
+        config = FrontendConfig.model_validate({"model": "qwen3-sim", "worker_urls": [worker_url]})
+        with serving(create_app(config, build_backend(config), keys=ApiKeys())) as (url, _):
+            wait_ready(url)
+            c = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+            request: dict[str, Any] = {"model": "m", "max_tokens": 500, "tools": ANTHROPIC_TOOLS}
+            messages: Any = [{"role": "user", "content": "please run echo hello"}]
+            free = c.messages.create(messages=messages, **request)
+            assert [b.type for b in free.content if b.type == "tool_use"] == ["tool_use"]
+            none = c.messages.create(messages=messages, tool_choice={"type": "none"}, **request)
+            assert [b for b in none.content if b.type == "tool_use"] == []
+            read = c.messages.create(
+                messages=messages, tool_choice={"type": "tool", "name": "Read"}, **request
+            )
+            assert [b.name for b in read.content if b.type == "tool_use"] == ["Read"]

@@ -358,7 +358,6 @@ def test_options_mapping() -> None:
         "stop_sequences": ["END", "\n\nHuman:"],
         "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],  # tool_choice must name one
         "tool_choice": {"type": "tool", "name": "Bash", "disable_parallel_tool_use": True},
-        "thinking": {"type": "enabled", "budget_tokens": 2048},
         "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
         "metadata": {"user_id": "user_abc_account__session_0b7c1d2e-aaaa-bbbb-cccc-000000000000"},
         "cache_control": {"type": "ephemeral"},
@@ -368,7 +367,12 @@ def test_options_mapping() -> None:
     o = req.options
     assert (o.temperature, o.top_p, o.top_k, o.stop) == (0.2, 0.9, 40, ("END", "\n\nHuman:"))
     assert (o.tool_choice.mode, o.tool_choice.name, o.parallel_tool_calls) == ("named", "Bash", False)
-    assert (o.reasoning.mode, o.reasoning.budget_tokens) == ("enabled", 2048)
+    # Thinking cannot go with a forced tool (Anthropic's 400); with tool_choice auto it maps.
+    thinking = {"thinking": {"type": "enabled", "budget_tokens": 2048}}
+    with pytest.raises(InvalidRequestError, match="Thinking may not be enabled"):
+        decode_messages(body | thinking)
+    r = decode_messages(body | thinking | {"tool_choice": {"type": "auto"}}).options.reasoning
+    assert (r.mode, r.budget_tokens) == ("enabled", 2048)
     assert o.response_format is not None and o.response_format.schema == {"type": "object"}
     assert req.identity.session_id == "0b7c1d2e-aaaa-bbbb-cccc-000000000000"
     assert req.ignored == ("service_tier",)

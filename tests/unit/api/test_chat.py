@@ -386,12 +386,13 @@ def test_decoding_details() -> None:
     assert o.response_format is not None and o.response_format.name == "x"
     assert o.reasoning.enabled is False and o.template_kwargs == {"enable_thinking": False}
     assert req.ignored == ("logprobs",)
-    assert (
-        decode_chat(
-            {"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}
-        ).options.tool_choice.mode
-        == "required"
-    )
+    # OpenAI: `required` without tools is a 400 naming tool_choice (nothing could satisfy it).
+    with pytest.raises(InvalidRequestError) as required:
+        decode_chat({"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})
+    assert required.value.param == "tool_choice"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": tools}
+    assert decode_chat(body | {"tool_choice": "required"}).options.tool_choice.mode == "required"
 
 
 def body_with(**fields: Any) -> dict[str, Any]:

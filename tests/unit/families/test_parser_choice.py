@@ -75,3 +75,16 @@ def test_the_prompt_pipeline_honours_the_config_fields() -> None:
     assert any(isinstance(e, ToolCallEnd) for e in events)
     with pytest.raises(TemplateLoadError, match="reasoning parser"):
         resolve_family(PromptConfig(model="m", family="qwen3", reasoning_parser="bogus"))
+
+
+def test_constraints_follow_the_chosen_parsers() -> None:
+    """A constraint is written in the syntax the chosen parser reads: the tool family's calls with the
+    reasoning family's think markers; harmony, which lays out its whole output, cannot be split."""
+    qwen3, coder, mistral = get_family("qwen3"), get_family("qwen3-coder"), get_family("mistral")
+    hermes_calls = with_parsers(coder, None, "hermes")
+    assert hermes_calls.grammar == qwen3.grammar  # the same think markers: the same grammar
+    mixed = with_parsers(qwen3, "mistral", "hermes")
+    assert mixed.grammar is not None and qwen3.grammar is not None and mistral.grammar is not None
+    assert mixed.grammar.think == mistral.grammar.think and mixed.grammar.calls is qwen3.grammar.calls
+    assert with_parsers(qwen3, None, None).grammar is qwen3.grammar
+    assert with_parsers(qwen3, "qwen3", "hermes").grammar is qwen3.grammar

@@ -127,6 +127,18 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"agent": {"preambleStripping": {"patterns": [{"name": "date", "regex": "Today is .*"}]}}},
         {("frontend", "strip_pattern"): ["date=Today is .*"]},
     ),
+    "agent.constrainedDecoding.enabled": (
+        {"agent": {"constrainedDecoding": {"enabled": False}}},
+        {("frontend", "constrained_decoding"): False},
+    ),
+    "agent.constrainedDecoding.cacheSize": (
+        {"agent": {"constrainedDecoding": {"cacheSize": 64}}},
+        {("frontend", "constraint_cache_size"): 64, ("worker", "constraint_cache_size"): 64},
+    ),
+    "agent.constrainedDecoding.backend": (
+        {"agent": {"constrainedDecoding": {"backend": "xgrammar"}}},
+        {("worker", "guided_decoding_backend"): "xgrammar"},
+    ),
     "agent.streamingToolDispatch.enabled": (
         {"agent": {"streamingToolDispatch": {"enabled": False}}},
         {("frontend", "enable_streaming_tool_dispatch"): False},

@@ -234,6 +234,15 @@ class FakeSamplingParams:
         self.kwargs = kwargs
 
 
+class FakeGuidedDecodingParams:
+    """sampling_params.py: keyword-only, at most one guide set (`_validate`)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        assert set(kwargs) <= {"json", "regex", "grammar", "json_object", "structural_tag"}
+        assert sum(bool(v) for v in kwargs.values()) <= 1
+        self.kwargs = kwargs
+
+
 class FakeKvCacheConfig:
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
@@ -265,6 +274,9 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     llmapi.KvCacheRetentionConfig = FakeKvCacheRetentionConfig  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "tensorrt_llm", trt)
     monkeypatch.setitem(sys.modules, "tensorrt_llm.llmapi", llmapi)
+    sampling = types.ModuleType("tensorrt_llm.sampling_params")
+    sampling.GuidedDecodingParams = FakeGuidedDecodingParams  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tensorrt_llm.sampling_params", sampling)
     FakeLLM.instances.clear()
     yield
     FakeLLM.has_cached_tokens, FakeLLM.script, FakeLLM.decode = True, None, staticmethod(_text)
@@ -499,3 +511,29 @@ async def test_adapter_passes_retention_per_request_and_the_host_pool(stand_in: 
     ]
     assert "kv_cache_retention_config" not in FakeLLM.instances[-1].extra
     await off.stop()
+
+
+# --------------------------------------------------------------------------------------------------
+# Constrained decoding: the constraint reaches TensorRT-LLM as per-request GuidedDecodingParams.
+
+
+async def test_a_constraint_becomes_guided_decoding_params(stand_in: None) -> None:
+    from agentserve.constraints.spec import Constraint
+    from agentserve.worker.engine import InvalidRequestError
+
+    engine, llm = await _started(max_batch_size=4)
+    assert llm.kwargs["guided_decoding_backend"] == "llguidance"  # the worker's default
+    constraint = Constraint('start: "ok"\n')
+    params = SamplingParams(max_tokens=3, stop_token_ids=(67,), include_stop=True)
+    [s async for s in engine.generate(GenerateRequest("g", [1, 2], params, constraint=constraint))]
+    guide = llm.results[-1].kwargs["guided_decoding"].kwargs
+    assert guide == {"grammar": 'start: agentserve_output (<[67]>)?\nagentserve_output: "ok"\n'}
+    [s async for s in engine.generate(GenerateRequest("u", [1, 2], params))]
+    assert "guided_decoding" not in llm.results[-1].kwargs  # unconstrained: nothing added
+    await engine.stop()
+    # No backend: the constrained request is refused, never served unconstrained.
+    engine, llm = await _started(max_batch_size=4, guided_decoding_backend=None)
+    assert "guided_decoding_backend" not in llm.kwargs
+    with pytest.raises(InvalidRequestError, match="no guided_decoding_backend"):
+        engine.generate(GenerateRequest("n", [1, 2], params, constraint=constraint))
+    await engine.stop()

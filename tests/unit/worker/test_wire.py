@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentserve.constraints.spec import Constraint
 from agentserve.conversation import Usage
 from agentserve.worker.engine import (
     AllCleared,
@@ -217,3 +218,21 @@ def test_family_stops_and_cache_salt_cross_the_wire() -> None:
         got = decode_request(raw)
         assert got.sampling == sampling and got.cache_salt == "tenant-a"
     assert decode_request(encode_request(GenerateRequest("r", [1]))).cache_salt is None
+
+
+def test_a_constraint_crosses_the_wire() -> None:
+    constraint = Constraint('start: %json{"type":"object"}\n', {"type": "object"})
+    request = GenerateRequest("r", [1, 2], SamplingParams(max_tokens=9), constraint=constraint)
+    body = encode_request(request)
+    for raw in (json.loads(json.dumps(body)), msgpack.unpackb(msgpack.packb(body))):
+        assert decode_request(raw).constraint == constraint
+    assert decode_request(encode_request(GenerateRequest("r", [1]))).constraint is None
+    base = {"token_ids": [1], "sampling": {"max_tokens": 1}}
+    for bad, message in (
+        ("start", "must be an object"),
+        ({"grammar": ""}, "non-empty string"),
+        ({"grammar": "x", "regex": "y"}, "unknown constraint fields"),
+        ({"grammar": "x", "json_schema": []}, "json_schema must be an object"),
+    ):
+        with pytest.raises(WireError, match=message):
+            decode_request(base | {"constraint": bad})

@@ -68,6 +68,7 @@ _SERVER_BLOCKS = frozenset(
 )  # fmt: skip
 _EFFORTS = ("low", "medium", "high", "max", "xhigh")
 MAX_TOOL_NAME = 256
+MIN_THINKING_BUDGET = 1024  # Anthropic: budget_tokens must be ≥ 1024 (and < max_tokens)
 # Anthropic's server tools are versioned tags (`web_search_20250305`, `bash_20250124`, …).
 _SERVER_TOOL = re.compile(r"^[a-z][a-z0-9_]*_\d{8}$|^mcp_toolset$")
 
@@ -324,7 +325,8 @@ class _Decoder:
             # An object's schema: Anthropic requires `type: object`; one without `type` (seen in
             # the wild) is accepted, any other type refused.
             object_schema(schema, at(tpath, "input_schema"))
-            specs.append(ToolSpec(name, opt_str(tool, "description", tpath) or "", schema))
+            strict = bool(opt_bool(tool, "strict", tpath))
+            specs.append(ToolSpec(name, opt_str(tool, "description", tpath) or "", schema, strict))
         return tuple(specs)
 
 
@@ -360,6 +362,10 @@ def _thinking(value: Any, path: str, max_tokens: int | None) -> tuple[ThinkingMo
         budget = opt_int(thinking, "budget_tokens", path, minimum=1)
         if budget is None:
             raise missing(at(path, "budget_tokens"))
+        if budget < MIN_THINKING_BUDGET:
+            raise InvalidRequestError(
+                f"must be greater than or equal to {MIN_THINKING_BUDGET}", param=at(path, "budget_tokens")
+            )
         if max_tokens is not None and max_tokens > 0 and budget >= max_tokens:
             raise InvalidRequestError("must be less than max_tokens", param=at(path, "budget_tokens"))
         return "enabled", budget, None
@@ -409,7 +415,16 @@ def _decode(
             f"tool_choice names tool {tool_choice.name!r}, which is not in tools",
             param="tool_choice.name",
         )
+    if tool_choice.mode == "named" and tool_choice.name in d.server_tools:
+        # A server tool (web_search_…) is accepted and ignored like the tool itself: nothing to force.
+        d.ignored.append("tool_choice")
+        tool_choice = ToolChoice("auto")
     mode, budget, display = _thinking(b.get("thinking"), "thinking", max_tokens)
+    if mode in ("enabled", "adaptive") and tool_choice.mode in ("required", "named"):
+        # Anthropic: a forced tool call prefills the turn, which thinking cannot precede.
+        raise InvalidRequestError(
+            "Thinking may not be enabled when tool_choice forces tool use.", param="tool_choice"
+        )
     effort, fmt = _output_config(b.get("output_config"), "output_config")
     if max_tokens == 0:
         # A cache pre-warm: the real API refuses it with streaming, thinking or structured output.

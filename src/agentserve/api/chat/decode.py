@@ -216,7 +216,10 @@ class _Decoder:
             seen.add(name)
             parameters = check_depth(opt_dict(function, "parameters", path), at(path, "parameters"))
             object_schema(parameters, at(path, "parameters"))
-            specs.append(ToolSpec(name, opt_str(function, "description", path) or "", parameters or {}))
+            strict = bool(opt_bool(function, "strict", path))
+            specs.append(
+                ToolSpec(name, opt_str(function, "description", path) or "", parameters or {}, strict)
+            )
 
         tools = b.get("tools")
         if tools is not None:
@@ -254,7 +257,19 @@ def _choice(value: Any, path: str, *, legacy: bool) -> ToolChoice | None:
     choice = expect_dict(value, path)
     if legacy:  # function_call: {"name": ...}
         return ToolChoice("named", req_str(choice, "name", path, nonempty=True))
-    one_of(req_str(choice, "type", path), ("function",), at(path, "type"))
+    kind = one_of(req_str(choice, "type", path), ("function", "allowed_tools"), at(path, "type"))
+    if kind == "allowed_tools":
+        # {"type": "allowed_tools", "allowed_tools": {"mode": "auto"|"required", "tools": [...]}}
+        spec = expect_dict(choice.get("allowed_tools"), at(path, "allowed_tools"))
+        spath = at(path, "allowed_tools")
+        mode = one_of(req_str(spec, "mode", spath), ("auto", "required"), at(spath, "mode"))
+        names: list[str] = []
+        for i, raw in enumerate(expect_list(spec.get("tools"), at(spath, "tools"))):
+            tpath = at(at(spath, "tools"), i)
+            tool = expect_dict(raw, tpath)
+            one_of(req_str(tool, "type", tpath), ("function",), at(tpath, "type"))
+            names.append(req_str(expect_dict(tool.get("function"), at(tpath, "function")), "name", tpath))
+        return ToolChoice(mode, allowed=tuple(names))  # type: ignore[arg-type]
     function = expect_dict(choice.get("function"), at(path, "function"))
     return ToolChoice("named", req_str(function, "name", at(path, "function"), nonempty=True))
 
@@ -310,6 +325,16 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
     system, messages = d.messages(b.get("messages"))
     tools = d.tools(b)
     tool_choice = _tool_choice(b)
+    if tool_choice.mode == "required" and not tools:
+        raise InvalidRequestError(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+            param="tool_choice",
+        )
+    for name in tool_choice.allowed or ():
+        if all(t.name != name for t in tools):
+            raise InvalidRequestError(
+                f"Invalid value for 'tool_choice': allowed tool {name!r} is not in tools", param="tool_choice"
+            )
     if tool_choice.mode == "named" and all(t.name != tool_choice.name for t in tools):
         # OpenAI answers 400: a forced call of a function the model was not given.
         param = "tool_choice" if b.get("tool_choice") is not None else "function_call"

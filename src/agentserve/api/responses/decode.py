@@ -224,14 +224,42 @@ class _Decoder:
             if name in self.tool_kinds:
                 raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(tpath, "name"))
             description = opt_str(tool, "description", tpath) or ""
+            strict = False
+            enforce = None
             if kind == "function":
                 parameters = object_schema(opt_dict(tool, "parameters", tpath), at(tpath, "parameters"))
                 parameters = parameters or {"type": "object", "properties": {}}
+                # Enforced when the request says `strict: true` (an absent flag is not enforced).
+                strict = opt_bool(tool, "strict", tpath) is True
             else:
-                opt_dict(tool, "format", tpath)
                 parameters = custom_tool_parameters()
-            self.tools.append(ToolSpec(name, description, parameters))
+                enforce = _custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"), self.ignored)
+            self.tools.append(ToolSpec(name, description, parameters, strict, enforce))
             self.tool_kinds[name] = ResponsesTool(kind, namespace)  # type: ignore[arg-type]
+
+
+def _custom_format(value: dict[str, Any] | None, path: str, ignored: list[str]) -> dict[str, Any] | None:
+    """A custom tool's `format`: `text` (free input), or a `grammar` whose `regex` definition the
+    constraint enforces on the input; a `lark` definition is accepted and not enforced (the input is
+    a JSON string inside the family's call syntax, where a Lark grammar cannot be applied)."""
+    if value is None:
+        return None
+    kind = one_of(req_str(value, "type", path), ("text", "grammar"), at(path, "type"))
+    if kind == "text":
+        return None
+    syntax = one_of(req_str(value, "syntax", path), ("lark", "regex"), at(path, "syntax"))
+    definition = req_str(value, "definition", path)
+    if syntax == "lark":
+        ignored.append(at(path, "definition"))
+        return None
+    # The whole input matches (a JSON Schema `pattern` alone matches anywhere in the string).
+    anchored = f"^(?:{definition})$"
+    return {
+        "type": "object",
+        "properties": {CUSTOM_INPUT: {"type": "string", "pattern": anchored}},
+        "required": [CUSTOM_INPUT],
+        "additionalProperties": False,
+    }
 
 
 def _tool_choice(value: Any) -> ToolChoice:
@@ -246,7 +274,15 @@ def _tool_choice(value: Any) -> ToolChoice:
     if kind == "allowed_tools":
         mode = opt_str(choice, "mode", "tool_choice")
         mode = "auto" if mode is None else mode
-        return ToolChoice(one_of(mode, ("auto", "required"), "tool_choice.mode"))  # type: ignore[arg-type]
+        one_of(mode, ("auto", "required"), "tool_choice.mode")
+        names: list[str] = []
+        raw_tools = choice.get("tools")
+        for i, raw in enumerate(expect_list(raw_tools, "tool_choice.tools") if raw_tools is not None else ()):
+            tool = expect_dict(raw, at("tool_choice.tools", i))
+            name = opt_str(tool, "name", at("tool_choice.tools", i))
+            if name is not None:
+                names.append(name)
+        return ToolChoice(mode, allowed=tuple(names) if raw_tools is not None else None)  # type: ignore[arg-type]
     return ToolChoice()  # a hosted tool: nothing we can force
 
 
@@ -340,6 +376,15 @@ def decode_responses(
             d.ignored.append(key)
 
     tool_choice = _tool_choice(b.get("tool_choice"))
+    if tool_choice.mode == "required" and not d.tools:
+        raise InvalidRequestError(
+            "Tool choice 'required' must be specified with 'tools' parameter.", param="tool_choice"
+        )
+    for name in tool_choice.allowed or ():
+        if name not in d.tool_kinds:
+            raise InvalidRequestError(
+                f"Tool choice {name!r} not found in 'tools' parameter.", param="tool_choice"
+            )
     if tool_choice.mode == "named" and tool_choice.name not in d.tool_kinds:
         raise InvalidRequestError(
             f"Tool choice {tool_choice.name!r} not found in 'tools' parameter.", param="tool_choice"

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from agentserve.conversation import FinishReason, Usage
+from agentserve.worker.constrained import constrained_plan
 from agentserve.worker.engine import (
     DuplicateRequestError,
     EngineNotReadyError,
@@ -318,11 +319,25 @@ class SimEngine:
         text = self.policy.respond(context_for(hints, prompt_text))
         sampling = request.sampling
         ids, pieces = self._output(text, sampling, resumed + sampling.max_tokens)
+        complete = True
+        if request.constraint is not None:  # the grammar's mask steers the plan (worker/constrained.py)
+            seed = sampling.seed if sampling.seed is not None else len(original)
+            need = resumed + sampling.max_tokens
+            steered = constrained_plan(
+                self.tokenizer,
+                request.constraint,
+                script=ids,
+                pieces=pieces,
+                sampling=sampling,
+                need=need,
+                seed=seed,
+            )
+            ids, pieces, complete = steered.token_ids, steered.pieces, steered.complete
         if resumed:  # a migrated request: what the dead worker already streamed is in the prompt
             ids, pieces = ids[resumed:], pieces[resumed:]
-        end_reason: FinishReason = "stop"
+        end_reason: FinishReason = "stop" if complete else "length"
         limit = sampling.max_tokens
-        if sampling.ignore_eos and ids and len(ids) < limit:
+        if sampling.ignore_eos and ids and len(ids) < limit and request.constraint is None:
             reps = -(-limit // len(ids))
             ids, pieces = (ids * reps)[:limit], (pieces * reps)[:limit]
             end_reason = "length"

@@ -48,6 +48,7 @@ from agentserve.worker.engines.trtllm_mapping import (
     attention_dp_ranks,
     cached_tokens_of,
     clamp_cached,
+    guided_decoding_kwargs,
     llm_kwargs,
     load_extra_options,
     load_from_stats,
@@ -201,6 +202,7 @@ class TrtLlmEngine:
         self._sampling_cls: Any = None
         self._retention_cls: Any = None  # KvCacheRetentionConfig, unless --kv-retention off
         self._scheduling_cls: Any = None  # SchedulingParams, with attention DP
+        self._guided_cls: Any = None  # GuidedDecodingParams
         self._hub = EventHub()
         # Attention DP: one KV event stream and snapshot per rank, requests pinned to a rank.
         self.dp_ranks = attention_dp_ranks(self._kwargs)
@@ -261,7 +263,9 @@ class TrtLlmEngine:
         def build() -> tuple[Any, Any]:
             from tensorrt_llm import LLM, SamplingParams
             from tensorrt_llm.llmapi import KvCacheConfig, KvCacheRetentionConfig
+            from tensorrt_llm.sampling_params import GuidedDecodingParams
 
+            self._guided_cls = GuidedDecodingParams
             if self.config.kv_retention != "off":
                 self._retention_cls = KvCacheRetentionConfig
             if self.dp_ranks > 1:
@@ -306,7 +310,15 @@ class TrtLlmEngine:
         if not prompt:
             raise InvalidRequestError("the prompt has no tokens")
         try:
-            params = self._sampling_cls(**sampling_kwargs(request.sampling))
+            kwargs = sampling_kwargs(request.sampling)
+            if request.constraint is not None:  # refused (never dropped) when it cannot be enforced
+                guide = guided_decoding_kwargs(
+                    request.constraint,
+                    request.sampling.stop_token_ids,
+                    self._kwargs.get("guided_decoding_backend"),
+                )
+                kwargs["guided_decoding"] = self._guided_cls(**guide)
+            params = self._sampling_cls(**kwargs)
             extra: dict[str, Any] = {}
             if request.cache_salt is not None:  # only when set: older releases lack the argument
                 extra["cache_salt"] = request.cache_salt

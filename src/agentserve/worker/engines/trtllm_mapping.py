@@ -9,6 +9,9 @@
   (`block_hashes`), so each stored block is re-hashed from its token ids, chained to its parent's
   hash in our space, and removals are mapped back through the same table.
 - `load_from_stats`: an iteration-stats dict (`get_stats_async`) → KV blocks used/total and queues.
+- `guided_decoding_kwargs`: a request's `Constraint` → keyword arguments of TensorRT-LLM's
+  `GuidedDecodingParams` (docs/worker.md, "Constrained decoding"), for the LLM's
+  `guided_decoding_backend`.
 - Attention DP (`enable_attention_dp`): `attention_dp_ranks` from the LLM arguments,
   `RankedKvTranslator` (one translator, one event stream and one snapshot per rank, events routed
   by their `attention_dp_rank`), `scheduling_kwargs` (pin a request to the router's rank).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +30,7 @@ from typing import Any
 import yaml
 
 from agentserve.config import ConfigError, WorkerConfig
+from agentserve.constraints.spec import Constraint
 from agentserve.conversation import FinishReason, Usage
 from agentserve.prompt.hashing import block_hashes
 from agentserve.worker.engine import (
@@ -90,6 +95,8 @@ def llm_kwargs(config: WorkerConfig, extra: Mapping[str, Any] | None = None) -> 
         base["max_seq_len"] = config.max_seq_len
     if config.host_cache_size:
         base["kv_cache_config"]["host_cache_size"] = config.host_cache_size  # the host (secondary) tier
+    if config.guided_decoding_backend is not None:  # constrained requests (GuidedDecodingParams)
+        base["guided_decoding_backend"] = config.guided_decoding_backend
     merged = deep_merge(base, extra or {})
     kv = merged.get("kv_cache_config")
     if not isinstance(kv, Mapping):
@@ -138,6 +145,57 @@ def sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
     if params.stop_token_ids:
         kwargs["stop_token_ids"] = list(params.stop_token_ids)
     return kwargs
+
+
+class GuidedDecodingUnavailable(ValueError):
+    """A constraint this LLM cannot enforce (no backend, or a grammar its backend cannot read)."""
+
+
+_START = re.compile(r"^start:", re.MULTILINE)
+
+
+def grammar_with_stops(grammar: str, stop_token_ids: Sequence[int]) -> str:
+    """The constraint's Lark grammar, ending optionally with one of the request's stop tokens.
+
+    TensorRT-LLM's llguidance matcher takes one EOS (the tokenizer's: `LLGuidanceMatcherFactory`
+    refuses `stop_token_ids` of another size) and, once the grammar is done, accepts only that
+    token; a family whose turn ends with another token (gpt-oss `<|call|>`, GLM `<|observation|>`)
+    could then never stop. The grammar therefore names the stop tokens itself; generation ends on
+    them (`stop_token_ids`) as on any unconstrained request.
+    """
+    if not stop_token_ids:
+        return grammar
+    body, found = _START.subn("agentserve_output:", grammar, count=1)
+    if not found:
+        raise GuidedDecodingUnavailable("the constraint's grammar has no start rule")
+    stops = " | ".join(f"<[{t}]>" for t in dict.fromkeys(stop_token_ids))
+    return f"start: agentserve_output ({stops})?\n{body}"
+
+
+def guided_decoding_kwargs(
+    constraint: Constraint, stop_token_ids: Sequence[int], backend: str | None
+) -> dict[str, Any]:
+    """`GuidedDecodingParams(**…)` for a constraint (sampling_params.py: one of `json`, `regex`,
+    `grammar`, `json_object`, `structural_tag`).
+
+    - llguidance: `grammar`, which its matcher factory compiles with `grammar_from_lark` (Lark, not
+      EBNF) — the constraint's own source, stop tokens added (`grammar_with_stops`);
+    - xgrammar: only a constraint that is one JSON value maps (`json`: the schema); its `grammar` is
+      GBNF-style EBNF and cannot take our Lark source, so anything else is refused;
+    - no backend: refused (TensorRT-LLM 1.2.1 drops the guide silently without one).
+    """
+    if backend is None:
+        raise GuidedDecodingUnavailable(
+            "this worker's TensorRT-LLM has no guided_decoding_backend: constrained requests are refused"
+        )
+    if backend == "llguidance":
+        return {"grammar": grammar_with_stops(constraint.grammar, stop_token_ids)}
+    if backend == "xgrammar" and constraint.json_schema is not None:
+        return {"json": json.dumps(dict(constraint.json_schema))}
+    raise GuidedDecodingUnavailable(
+        f"guided_decoding_backend {backend!r} cannot enforce this constraint (tool calls or a reasoning "
+        "block need the llguidance backend)"
+    )
 
 
 _FINISH: dict[str, FinishReason] = {

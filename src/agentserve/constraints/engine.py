@@ -1,0 +1,359 @@
+"""The llguidance edge: tokenizers, the bounded compile cache, schema checks and masked steering.
+
+- `GrammarEngine`: one per tokenizer (shared by the frontend and an in-process sim worker through
+  `engine_for`). `check(grammar)` compiles once and remembers the compiled matcher (or the error) in a
+  bounded LRU keyed by (grammar source, end-of-turn ids); `matcher(grammar)` hands out a copy of it
+  (`LLMatcher.deep_copy`, microseconds), so nothing is compiled on the per-token path.
+- `schema_error(schema)`: llguidance's verdict on one JSON schema (invalid, or a feature it cannot
+  enforce), cached by the schema's canonical JSON: the frontend's 400 names the field before any
+  engine work.
+- `steer(...)`: what the sim engine emits under a constraint: its scripted tokens while the grammar
+  allows them, else a token from the grammar's mask (see its docstring).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import xxhash
+from llguidance import LLMatcher, LLTokenizer
+
+DEFAULT_CACHE_SIZE = 256
+RESYNC_WINDOW = 256  # scripted tokens looked ahead for one the grammar allows again
+REPEATS = 8  # a preferred token chosen this many times in a row is in free text: write a closer
+RESCAN_AFTER = 16  # tokens emitted before the script is searched again after a search found nothing
+# Preferred when the script gives no allowed token: closing markers (`</tool_call>`, `<|end|>`),
+# then what closes strings, objects and arrays, so a forced answer completes in few tokens
+# (any allowed token is valid; these are merely short). Whitespace is never preferred: JSON allows
+# it without end.
+_CLOSERS = ('"', "}", "]", ",", "0", "1")
+_FILLERS = ("null", ":")
+
+
+_STOP = re.compile(r'\[stop="((?:[^"\\]|\\.)*)"\]')
+
+
+class GrammarError(ValueError):
+    """A grammar llguidance refuses (the message is llguidance's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Steered:
+    token_ids: list[int]
+    complete: bool  # the grammar accepted the output (False: the token budget ran out first)
+    diverged: int  # tokens chosen from the mask instead of the script
+    random_choices: int = 0  # of those, drawn from the seeded generator (0: the seed did not matter)
+
+
+class GrammarEngine:
+    """llguidance over one tokenizer (`tokenizer_json`: a HF tokenizer.json's text; None: bytes)."""
+
+    def __init__(self, tokenizer_json: str | None, *, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
+        self._source = tokenizer_json if tokenizer_json is not None else "byte"
+        self.cache_size = cache_size
+        self._tokenizers: dict[tuple[int, ...], LLTokenizer] = {}
+        self._compiled: OrderedDict[tuple[str, tuple[int, ...]], LLMatcher | str] = OrderedDict()
+        self._preferred: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._closing: dict[tuple[int, ...], frozenset[int]] = {}
+        self._prefixes: dict[int, tuple[int, ...]] = {}
+        self._lock = threading.Lock()
+        self.compiles = 0  # grammars compiled (cache misses), for tests and the benchmark
+
+    # -- tokenizer ---------------------------------------------------------------------------------
+
+    def tokenizer(self, eos: tuple[int, ...] = ()) -> LLTokenizer:
+        tok = self._tokenizers.get(eos)
+        if tok is None:
+            tok = LLTokenizer(self._source, eos_token=list(eos) if eos else None)
+            self._tokenizers[eos] = tok
+        return tok
+
+    def specials(self, markers: Iterable[str]) -> dict[str, int]:
+        """The markers this tokenizer holds as one special token, with their ids (a grammar
+        references those as tokens; the others as text)."""
+        tok = self.tokenizer()
+        found: dict[str, int] = {}
+        for marker in markers:
+            ids = tok.tokenize_bytes(marker.encode(), parse_special=True) if marker else []
+            if len(ids) == 1 and tok.is_special_token(ids[0]):
+                found[marker] = ids[0]
+        return found
+
+    # -- compile cache -----------------------------------------------------------------------------
+
+    def check(self, grammar: str, eos: tuple[int, ...] = ()) -> str | None:
+        """llguidance's error for `grammar` (None: it compiles); compiled at most once per key."""
+        compiled = self._compiled_for(grammar, eos)
+        return compiled if isinstance(compiled, str) else None
+
+    def matcher(self, grammar: str, eos: tuple[int, ...] = ()) -> LLMatcher:
+        """A fresh matcher for `grammar` at its start. Raises GrammarError."""
+        compiled = self._compiled_for(grammar, eos)
+        if isinstance(compiled, str):
+            raise GrammarError(compiled)
+        return compiled.deep_copy()
+
+    def _compiled_for(self, grammar: str, eos: tuple[int, ...]) -> LLMatcher | str:
+        key = (grammar, eos)
+        with self._lock:
+            hit = self._compiled.get(key)
+            if hit is not None:
+                self._compiled.move_to_end(key)
+                return hit
+        matcher = LLMatcher(self.tokenizer(eos), LLMatcher.grammar_from_lark(grammar), log_level=0)
+        compiled: LLMatcher | str = matcher.get_error() if matcher.is_error() else matcher
+        with self._lock:
+            self.compiles += 1
+            self._compiled[key] = compiled
+            while len(self._compiled) > self.cache_size:
+                self._compiled.popitem(last=False)
+        return compiled
+
+    def preferred(self, eos: tuple[int, ...]) -> tuple[int, ...]:
+        """Token ids tried first when the sim must choose from the mask (see `_CLOSERS`)."""
+        hit = self._preferred.get(eos)
+        if hit is None:
+            tok = self.tokenizer(eos)
+            ids: list[int] = list(eos)
+            # Closing special tokens first: never allowed inside a JSON lexeme, so they only ever
+            # close a free-text block (a thought, a harmony message), which would else run on.
+            markers: list[int] = []
+            for token in range(tok.vocab_size):
+                if tok.is_special_token(token) and token not in eos:
+                    text = tok.decode_str([token]).lower()
+                    if text.startswith(("</", "[/")) or "end" in text:
+                        markers.append(token)
+            ids += markers
+            self._closing[eos] = frozenset(markers)
+            for text in (*_CLOSERS, *_FILLERS):
+                found = tok.tokenize_str(text)
+                if len(found) == 1:
+                    ids.append(found[0])
+            hit = tuple(dict.fromkeys(ids))
+            self._preferred[eos] = hit
+        return hit
+
+    def prefixes(self, token: int) -> tuple[int, ...]:
+        """Single tokens spelling a strict prefix of `token`'s bytes, longest first (a scripted
+        `"),` whose comma is forbidden can still give its `")`)."""
+        hit = self._prefixes.get(token)
+        if hit is None:
+            tok = self.tokenizer()
+            raw = tok.decode_bytes([token])
+            found: list[int] = []
+            for end in range(len(raw) - 1, 0, -1):
+                if not raw[:end].strip():
+                    break  # whitespace alone is no part of the token's meaning: never healed to it
+                ids = tok.tokenize_bytes(raw[:end])
+                if len(ids) == 1 and ids[0] != token:
+                    found.append(ids[0])
+            hit = tuple(found)
+            if len(self._prefixes) < 1 << 20:
+                self._prefixes[token] = hit
+        return hit
+
+    def text_closers(self, grammar: str) -> tuple[tuple[int, ...], ...]:
+        """The `stop="…"` strings of a grammar (raw XML values end at their closing tag), as tokens."""
+        tok = self.tokenizer()
+        found = []
+        for raw in _STOP.findall(grammar):
+            text = json.loads(f'"{raw}"')
+            if text:
+                found.append(tuple(tok.tokenize_str(text)))
+        return tuple(found)
+
+    def closing(self, eos: tuple[int, ...]) -> frozenset[int]:
+        """The special tokens that close a block (`</think>`, `</tool_call>`): when the sim has to
+        choose one, its script resumes after its own copy of it."""
+        self.preferred(eos)
+        return self._closing[eos]
+
+
+_ENGINES: dict[str, GrammarEngine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def engine_for(tokenizer_json: str | None, *, cache_size: int = DEFAULT_CACHE_SIZE) -> GrammarEngine:
+    """The process's engine for a tokenizer (the frontend's checks warm an in-process worker's cache)."""
+    key = "byte" if tokenizer_json is None else xxhash.xxh3_64_hexdigest(tokenizer_json.encode())
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = GrammarEngine(tokenizer_json, cache_size=cache_size)
+            _ENGINES[key] = engine
+        else:
+            engine.cache_size = max(engine.cache_size, cache_size)
+        return engine
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON schemas
+
+_SCHEMA_CACHE = 1024
+_schemas: OrderedDict[str, str | None] = OrderedDict()
+_schemas_lock = threading.Lock()
+
+
+def schema_error(schema: Mapping[str, Any]) -> str | None:
+    """Why llguidance cannot enforce `schema` (invalid JSON Schema, an unsupported feature), or None."""
+    key = json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str)
+    with _schemas_lock:
+        if key in _schemas:
+            _schemas.move_to_end(key)
+            return _schemas[key]
+    try:
+        grammar = LLMatcher.grammar_from_json_schema(key)
+        error: str | None = LLMatcher.validate_grammar(grammar) or None
+    except ValueError as exc:
+        error = str(exc)
+    with _schemas_lock:
+        _schemas[key] = error
+        while len(_schemas) > _SCHEMA_CACHE:
+            _schemas.popitem(last=False)
+    return error
+
+
+# --------------------------------------------------------------------------------------------------
+# Steering
+
+
+def _allowed(mask: bytes, token: int) -> bool:
+    byte = token >> 3
+    return byte < len(mask) and (mask[byte] >> (token & 7)) & 1 == 1
+
+
+def _any_allowed(mask: bytes, rng: random.Random) -> int | None:
+    """A seeded allowed token: a few random draws first (most masks allow much), else a scan."""
+    size = len(mask) * 8
+    for _ in range(32):
+        token = rng.randrange(size)
+        if _allowed(mask, token):
+            return token
+    nonzero = [i for i, b in enumerate(mask) if b]
+    if not nonzero:
+        return None
+    byte = nonzero[rng.randrange(len(nonzero))]
+    bits = [bit for bit in range(8) if (mask[byte] >> bit) & 1]
+    return byte * 8 + bits[rng.randrange(len(bits))]
+
+
+def _resync(mask: bytes, script: Sequence[int], i: int) -> tuple[int | None, int]:
+    """The script's next allowed token after position i (within `RESYNC_WINDOW`) and the position
+    after it; (None, i) when there is none."""
+    for j in range(i + 1, min(len(script), i + RESYNC_WINDOW)):
+        if _allowed(mask, script[j]):
+            return script[j], j + 1
+    return None, i
+
+
+def _after_closer(script: Sequence[int], i: int, forced: Sequence[int], closing: frozenset[int]) -> int:
+    """Where the script goes on after forced tokens: past its own copy of the first closing token
+    among them (a block closed early) and of the forced tokens that follow it there; else `i`."""
+    for k, token in enumerate(forced):
+        if token in closing and token in script[i:]:
+            j = script.index(token, i) + 1
+            for rest in forced[k + 1 :]:
+                if j >= len(script) or script[j] != rest:
+                    break
+                j += 1
+            return j
+    return i
+
+
+def steer(
+    matcher: LLMatcher,
+    script: Sequence[int],
+    *,
+    max_tokens: int,
+    rng: random.Random,
+    preferred: Sequence[int] = (),
+    closing: frozenset[int] = frozenset(),
+    stop_ids: Sequence[int] = (),
+    prefixes: Callable[[int], Sequence[int]] | None = None,
+    text_closers: Sequence[Sequence[int]] = (),
+) -> Steered:
+    """The output under `matcher`'s grammar: the script while its next token is allowed; when it is
+    not, the end of the turn if the grammar may end here, else the longest allowed token spelling a
+    prefix of the scripted one (`prefixes`: `")` of a `"),` whose comma is forbidden), else the
+    script's next allowed token
+    within `RESYNC_WINDOW` (a forced call skips the prose before it), else the grammar's forced
+    tokens, else a preferred allowed token (`preferred`), else a seeded random allowed token. A
+    chosen token in `closing` (a block closed early, as a spent thinking budget closes `</think>`)
+    resumes the script after the script's own copy of it. Where a preferred token keeps being
+    chosen (free text allows `"` forever), one of `text_closers` (the grammar's `stop` strings, such
+    as `</parameter>`, tokenized) is written instead.
+    Every emitted token passed the matcher: the output never holds a token the grammar forbids."""
+    out: list[int] = []
+    i, n = 0, len(script)
+    diverged = 0
+    stops = set(stop_ids)
+    pending: list[int] = []  # the rest of a text closer being written
+    drawn = 0
+    next_scan = 0  # output length from which the script may be searched again
+    while len(out) < max_tokens and not matcher.is_stopped() and not matcher.is_error():
+        room = max_tokens - len(out)
+        if i < n:
+            taken = matcher.try_consume_tokens(list(script[i : i + room]))
+            if taken:
+                out.extend(script[i : i + taken])
+                i += taken
+                continue
+        if matcher.is_accepting():
+            if stops and i < n and script[i] in stops:
+                break  # the script ends its turn with a stop token the grammar did not take
+            if stop_ids and matcher.consume_token(stop_ids[0]):
+                out.append(stop_ids[0])
+            break
+        if not pending:
+            forced = matcher.compute_ff_tokens()  # what the grammar allows alone: no mask needed
+            if forced:
+                forced = forced[:room]
+                if not matcher.consume_tokens(forced):
+                    break
+                out.extend(forced)
+                diverged += len(forced)
+                i = _after_closer(script, i, forced, closing)
+                continue
+        mask = matcher.compute_bitmask()
+        chosen: int | None = None
+        if pending and _allowed(mask, pending[0]):
+            chosen = pending.pop(0)
+        else:
+            pending.clear()
+        if chosen is None and i < n and prefixes is not None:  # the allowed part of a token that overshoots
+            chosen = next((t for t in prefixes(script[i]) if _allowed(mask, t)), None)
+            if chosen is not None:
+                i += 1
+        if chosen is None and len(out) >= next_scan:
+            chosen, i = _resync(mask, script, i)
+            if chosen is None:
+                next_scan = len(out) + RESCAN_AFTER  # the script is far off: look again later
+        if chosen is None:
+            chosen = next((t for t in preferred if _allowed(mask, t)), None)
+            if chosen is not None and len(out) >= REPEATS and all(t == chosen for t in out[-REPEATS:]):
+                chosen = None  # free text takes the preferred token forever: close it instead
+            if chosen is None:
+                closer = next((c for c in text_closers if c and _allowed(mask, c[0])), None)
+                if closer is not None:
+                    chosen, pending = closer[0], list(closer[1:])
+            if chosen is None:
+                chosen = _any_allowed(mask, rng)
+                drawn += 1
+            if chosen is None:
+                break
+            if chosen in closing and chosen in script[i:]:
+                i = script.index(chosen, i) + 1  # a block closed early: the script goes on after it
+            elif i < n:
+                i += 1  # the forbidden scripted token is replaced by the chosen one
+        if not matcher.consume_token(chosen):
+            break
+        out.append(chosen)
+        diverged += 1
+    return Steered(out, matcher.is_accepting() or matcher.is_stopped(), diverged, drawn)

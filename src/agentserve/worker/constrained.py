@@ -1,0 +1,118 @@
+"""The sim engine under a constraint: its planned output, steered by the grammar's mask.
+
+The sim follows its script (or echo) while the grammar allows the next scripted token, and otherwise
+takes an allowed token (`constraints.engine.steer`), so a script that breaks the request's
+tool_choice, schema or budget still yields a valid answer. Done once per request when it is
+submitted, with a seeded choice (the request's seed, else the prompt's length): the same request
+gives the same tokens streamed or not. Unconstrained requests never reach this module.
+"""
+
+from __future__ import annotations
+
+import random
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agentserve.constraints.engine import GrammarEngine, GrammarError, engine_for, steer
+from agentserve.constraints.spec import Constraint
+from agentserve.worker.engine import InvalidRequestError, SamplingParams
+from agentserve.worker.tokenizer import Tokenizer, token_pieces, tokenizer_json
+
+PIECE_WINDOW = 32  # token_pieces' look-ahead (as the sim's own plans)
+
+_ENGINES: weakref.WeakKeyDictionary[Tokenizer, GrammarEngine] = weakref.WeakKeyDictionary()
+
+
+def grammar_engine(tokenizer: Tokenizer, cache_size: int | None = None) -> GrammarEngine:
+    """The grammar engine for a worker tokenizer (its tokenizer.json serialised once); `cache_size`
+    (the worker's `constraint_cache_size`) sizes its compile cache."""
+    engine = _ENGINES.get(tokenizer)
+    if engine is None:
+        engine = engine_for(
+            tokenizer_json(tokenizer), **({} if cache_size is None else {"cache_size": cache_size})
+        )
+        _ENGINES[tokenizer] = engine
+    elif cache_size is not None:
+        engine.cache_size = max(engine.cache_size, cache_size)
+    return engine
+
+
+@dataclass(frozen=True, slots=True)
+class ConstrainedPlan:
+    token_ids: list[int]
+    pieces: list[str]  # each token's streamed text (`token_pieces`), joining to the decoded output
+    complete: bool  # the grammar accepted the output (False: the token budget ran out first)
+
+
+PLAN_CACHE = 256  # steered plans remembered: the same script under the same grammar and seed
+_plans: OrderedDict[tuple[object, ...], ConstrainedPlan] = OrderedDict()
+
+
+def constrained_plan(
+    tokenizer: Tokenizer,
+    constraint: Constraint,
+    *,
+    script: Sequence[int],
+    pieces: Sequence[str],
+    sampling: SamplingParams,
+    need: int,
+    seed: int,
+) -> ConstrainedPlan:
+    """At most `need` output tokens that the grammar allows, following `script` (whose streamed
+    pieces are `pieces`) where it can. Memoized, as the sim memoizes its unconstrained plans: a
+    scripted output is the same for every request, and steering is a pure function of the script,
+    the grammar, the seed and the stop tokens."""
+    eos = tuple(sampling.stop_token_ids)
+    # Most plans never draw from the seeded generator (the script, forced tokens and preferred
+    # closers decide): those are remembered without the seed and shared by every request.
+    unseeded = (constraint.grammar, tuple(script), need, eos, sampling.include_stop, id(tokenizer))
+    seeded = (*unseeded, seed)
+    for key in (unseeded, seeded):
+        hit = _plans.get(key)
+        if hit is not None:
+            _plans.move_to_end(key)
+            return hit
+    engine = grammar_engine(tokenizer)
+    try:
+        matcher = engine.matcher(constraint.grammar, eos)
+    except GrammarError as exc:
+        raise InvalidRequestError(f"the request's constraint does not compile: {exc}") from None
+    steered = steer(
+        matcher,
+        script,
+        max_tokens=need,
+        rng=random.Random(seed),
+        preferred=engine.preferred(eos),
+        closing=engine.closing(eos),
+        prefixes=engine.prefixes,
+        text_closers=engine.text_closers(constraint.grammar),
+        stop_ids=eos if sampling.include_stop else (),
+    )
+    ids = steered.token_ids
+    plan = ConstrainedPlan(ids, _pieces(tokenizer, ids, script, pieces), steered.complete)
+    _plans[seeded if steered.random_choices else unseeded] = plan
+    if len(_plans) > PLAN_CACHE:
+        _plans.popitem(last=False)
+    return plan
+
+
+def _pieces(tokenizer: Tokenizer, ids: list[int], script: Sequence[int], pieces: Sequence[str]) -> list[str]:
+    """The streamed pieces of `ids`: the script's own for the part that follows the script, fresh
+    ones for the rest, kept only where they join to the decoded output (else all cut afresh)."""
+    same = 0
+    limit = min(len(ids), len(script), len(pieces))
+    while same < limit and ids[same] == script[same]:
+        same += 1
+    if same:
+        head = list(pieces[:same])
+        tail = token_pieces(tokenizer, ids[same:], PIECE_WINDOW) if same < len(ids) else []
+        text = tokenizer.decode(ids)
+        joined = "".join(head) + "".join(tail)
+        if text == joined:
+            return head + tail
+        if not tail and text.startswith(joined):  # the script held text for tokens past the cut
+            head[-1] += text[len(joined) :]
+            return head
+    return token_pieces(tokenizer, ids, PIECE_WINDOW)

@@ -274,7 +274,7 @@ def simulate(
             turns_per_session=statistics.fmean(session_turns) if session_turns else None,
         )
         history.append(sample)
-        decision = decide(history[-200:], config, timing, current=desired)
+        decision = decide(history[-200:], config, timing, current=desired, previous=run.decisions[-200:])
         run.decisions.append(decision)
         active = [w for w in alive if not w.draining]
         if decision.desired > len(active):

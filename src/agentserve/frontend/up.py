@@ -107,7 +107,7 @@ def attach_planner(config: UpConfig, app: FastAPI, backend: EngineBackend, pipel
     from dataclasses import replace
 
     from agentserve.planner.decide import PlannerConfig
-    from agentserve.planner.local import LocalPlanner, PlannerMetrics
+    from agentserve.planner.local import FrontendReadings, LocalPlanner, PlannerMetrics
     from agentserve.worker.engines.sim import SimEngine
     from agentserve.worker.main import sim_timing
 
@@ -134,7 +134,8 @@ def attach_planner(config: UpConfig, app: FastAPI, backend: EngineBackend, pipel
     speedup = config.sim_speedup
     if speedup <= 0 or speedup == float("inf"):
         raise ConfigError("autoscale needs a sim that keeps time: set --sim-speedup to a positive number")
-    metrics = PlannerMetrics(app.state.frontend.telemetry.metrics.registry)
+    frontend_metrics = app.state.frontend.telemetry.metrics
+    metrics = PlannerMetrics(frontend_metrics.registry)
     planner = LocalPlanner(
         backend,
         make_engine,
@@ -143,6 +144,7 @@ def attach_planner(config: UpConfig, app: FastAPI, backend: EngineBackend, pipel
         interval_s=config.planner_interval_s,
         metrics=metrics,
         time_scale=speedup,
+        frontend=FrontendReadings(frontend_metrics),
     )
     app.state.planner = planner
     backend.run_beside(planner.run)

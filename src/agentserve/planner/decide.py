@@ -143,10 +143,16 @@ def corrections(history: Sequence[Sample], config: PlannerConfig, timing: Timing
 
 
 def decide(
-    history: Sequence[Sample], config: PlannerConfig, timing: TimingModel, current: int | None = None
+    history: Sequence[Sample],
+    config: PlannerConfig,
+    timing: TimingModel,
+    current: int | None = None,
+    previous: Sequence[Decision] = (),
 ) -> Decision:
     """The worker count to run now (module docstring). `current`: the count last asked for
-    (default: the latest sample's ready workers)."""
+    (default: the latest sample's ready workers). `previous`: the decisions made so far; the
+    scale-down delay compares with what each of them needed when it was made (without them, each
+    sample of the window is judged again with today's correction)."""
     if not history:
         raise ValueError("no samples")
     latest = history[-1]
@@ -161,7 +167,8 @@ def decide(
     desired = need
     if need < have:
         covered = history[0].at <= now - config.scale_down_delay_s
-        past = max(needed(s, config, timing, fix)[0] for s in window)
+        recent = [d.needed for d in previous if d.at >= now - config.scale_down_delay_s]
+        past = max(recent) if recent else max(needed(s, config, timing, fix)[0] for s in window)
         if not covered or past >= have:
             desired = have
             reason = (

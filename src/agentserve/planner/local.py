@@ -7,8 +7,10 @@ tokens), calls `decide`, and applies the decision: new sim workers start with th
 load time before the router sees them; the workers `choose_removals` picks leave the router at once
 and stop once their running requests end. Decisions go to the log and to `/metrics`.
 
-Not read here (yet): observed TTFT/ITL (no correction of the model) and new sessions per second
-(no session forecast); the bench (`bench/planner.py`) has both.
+With the frontend's metrics (`FrontendReadings`) it also reads the window's observed TTFT and ITL
+(p90 of the requests finished since the last reading, from the histograms' bucket growth), new
+sessions per second and turns per session, so the model is corrected by what clients saw and a wave
+of new sessions scales up before their turns pile up.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentserve.frontend.backend import EngineBackend
 from agentserve.planner.decide import Decision, PlannerConfig, Sample, WorkerState, choose_removals, decide
 from agentserve.planner.predict import Demand
+from agentserve.telemetry.metrics import FrontendMetrics
 from agentserve.worker.engine import Engine, Load
 from agentserve.worker.timing import TimingModel
 
@@ -55,6 +58,65 @@ class PlannerMetrics:
         self.decisions = Counter(f"{p}_decisions", "Decisions by reason.", ["reason"], registry=registry)
 
 
+Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), ascending, +Inf last
+MIN_OBSERVATIONS = 5  # fewer finished requests in a window: no observed latency
+
+
+def window_quantile(q: float, before: Buckets, after: Buckets) -> float | None:
+    """The q-quantile of the observations a histogram gained between two readings (linear within a
+    bucket, as PromQL's histogram_quantile); None with fewer than `MIN_OBSERVATIONS`."""
+    old = dict(before)
+    grown = [(le, count - old.get(le, 0.0)) for le, count in after]
+    total = grown[-1][1] if grown else 0.0
+    if total < MIN_OBSERVATIONS:
+        return None
+    rank = q * total
+    low, below = 0.0, 0.0
+    for le, cumulative in grown:
+        if cumulative >= rank:
+            if le == float("inf"):
+                return low  # beyond the last finite bound: its lower edge
+            inside = cumulative - below
+            return low + (le - low) * ((rank - below) / inside if inside else 0.0)
+        low, below = le, cumulative
+    return low
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    ttft: Buckets
+    itl: Buckets
+    requests: float
+    session_starts: float
+
+
+class FrontendReadings:
+    """What the planner reads from the frontend's own metrics (same process)."""
+
+    def __init__(self, metrics: FrontendMetrics) -> None:
+        self.metrics = metrics
+
+    def read(self) -> Reading:
+        m = self.metrics
+        return Reading(_buckets(m.ttft), _buckets(m.itl), _total(m.requests), _total(m.session_starts))
+
+
+def _buckets(histogram: Histogram) -> Buckets:
+    """A labelled histogram's buckets summed over its label sets."""
+    summed: dict[float, float] = {}
+    for family in histogram.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                le = float(sample.labels["le"])
+                summed[le] = summed.get(le, 0.0) + sample.value
+    return sorted(summed.items())
+
+
+def _total(counter: Counter) -> float:
+    """A labelled counter's total over its label sets."""
+    return float(sum(s.value for f in counter.collect() for s in f.samples if s.name.endswith("_total")))
+
+
 @dataclass(slots=True)
 class _Totals:
     finished: int = 0
@@ -74,6 +136,7 @@ class LocalPlanner:
         interval_s: float = 5.0,
         metrics: PlannerMetrics | None = None,
         time_scale: float = 1.0,
+        frontend: FrontendReadings | None = None,
     ) -> None:
         """`interval_s` and every duration the planner reasons about (its config's delay, the demand
         per second) are on the engines' clock: a sim at `--sim-speedup S` runs `time_scale` S, so
@@ -87,6 +150,8 @@ class LocalPlanner:
         if not 0 < time_scale < float("inf"):
             raise ValueError("the planner needs engines that keep time (a finite, positive time scale)")
         self.time_scale = time_scale
+        self.frontend = frontend
+        self._reading = frontend.read() if frontend is not None else None
         self.history: list[Sample] = []
         self.decisions: list[Decision] = []
         self.desired = len(backend.engines)
@@ -114,7 +179,9 @@ class LocalPlanner:
     async def step(self) -> Decision:
         sample = self.sample()
         self.history = [*self.history[-(HISTORY - 1) :], sample]
-        decision = decide(self.history, self.config, self.timing, current=self.desired)
+        decision = decide(
+            self.history, self.config, self.timing, current=self.desired, previous=self.decisions
+        )
         self.decisions = [*self.decisions[-(HISTORY - 1) :], decision]
         if decision.desired != self.desired:
             log.info(
@@ -150,13 +217,29 @@ class LocalPlanner:
             )
         elapsed = now - self._last_at if self._last_at is not None else self.interval_s
         self._last_at = now
-        return Sample(
+        sample = Sample(
             at=now,
             ready_workers=len(self.serving()),
             demand=_demand(grown, elapsed),
             kv_active_blocks=sum(load.kv_blocks_used for load in loads.values()),
             kv_retained_blocks=sum(load.kv_blocks_retained for load in loads.values()),
             waiting=sum(load.waiting for load in loads.values()),
+        )
+        if self.frontend is None or self._reading is None:
+            return sample
+        earlier, now_read = self._reading, self.frontend.read()
+        self._reading = now_read
+        # The histograms hold wall seconds; the planner reasons on the engines' clock.
+        ttft = window_quantile(0.9, earlier.ttft, now_read.ttft)
+        itl = window_quantile(0.9, earlier.itl, now_read.itl)
+        return replace(
+            sample,
+            observed_ttft_s=None if ttft is None else ttft * self.time_scale,
+            observed_itl_s=None if itl is None else itl * self.time_scale,
+            session_rate=(now_read.session_starts - earlier.session_starts) / elapsed if elapsed > 0 else 0.0,
+            turns_per_session=now_read.requests / now_read.session_starts
+            if now_read.session_starts
+            else None,
         )
 
     # -- acting -----------------------------------------------------------------------------------

@@ -188,6 +188,11 @@ class FrontendMetrics:
             am,
             registry=r,
         )
+        # Requests whose session had no turn before (a new conversation): with the requests counter,
+        # the planner's sessions per second and turns per session.
+        self.session_starts = Counter(
+            f"{PREFIX}_session_starts", "Requests that start a session (no turn before).", am, registry=r
+        )
         self.returning_cached_tokens = Counter(
             f"{PREFIX}_returning_cached_tokens",
             "Prompt tokens of returning turns served from the prefix cache.",
@@ -299,6 +304,8 @@ class FrontendMetrics:
         s.cached_tokens.inc(record.cached_tokens)
         s.output_tokens.inc(record.output_tokens)
         s.reasoning_tokens.inc(record.reasoning_tokens)
+        if record.drift is None:
+            self.session_starts.labels(api, model).inc()
         if record.drift is not None:  # a returning turn
             self.returning_input_tokens.labels(api, model).inc(record.input_tokens)
             self.returning_cached_tokens.labels(api, model).inc(record.cached_tokens)

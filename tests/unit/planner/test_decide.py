@@ -44,7 +44,7 @@ def sample(at: float, demand: Demand = QUIET, ready: int = 1, **kw: object) -> S
 def run(samples: list[Sample], current: int | None = None) -> list[Decision]:
     out = []
     for i in range(len(samples)):
-        d = decide(samples[: i + 1], CONFIG, TIMING, current)
+        d = decide(samples[: i + 1], CONFIG, TIMING, current, previous=out)
         current = d.desired
         out.append(d)
     return out
@@ -140,3 +140,12 @@ def test_bad_configs_are_refused() -> None:
         replace(CONFIG, headroom=0)
     with pytest.raises(ValueError):
         decide([], CONFIG, TIMING)
+
+
+def test_the_delay_remembers_what_each_decision_needed_when_it_was_made() -> None:
+    # A burst whose decisions needed 6; afterwards the same samples judged with a milder correction
+    # would need fewer — the recorded needs still hold the workers through the delay.
+    history = [sample(t, BUSY, ready=6) for t in range(0, 20, 5)] + [sample(20, QUIET, ready=6)]
+    burst = Decision(15, 6, "targets: …", 6, 1, decide(history[:1], CONFIG, TIMING).predicted, None, None)
+    held = decide(history, replace(CONFIG, max_workers=16), TIMING, current=6, previous=[burst])
+    assert held.desired == 6 and held.reason.startswith("hold")

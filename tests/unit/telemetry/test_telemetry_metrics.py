@@ -252,6 +252,7 @@ def test_returning_turns_count_their_prompt_and_cache_hits_apart() -> None:
     assert value("agentserve_frontend_input_tokens_total") == 240
     assert value("agentserve_frontend_returning_input_tokens_total") == 140
     assert value("agentserve_frontend_returning_cached_tokens_total") == 96
+    assert value("agentserve_frontend_session_starts_total") == 1  # r1 started it; r2 returned
     assert (
         metrics.registry.get_sample_value(
             "agentserve_frontend_harness_requests_total", {"api": "anthropic", "harness": "none"}

@@ -411,7 +411,7 @@ def main() -> int:
     ap.add_argument("--ttft-target", type=float, default=3.0, help="seconds (p90 is planned)")
     ap.add_argument("--itl-target", type=float, default=0.1, help="seconds, mean per turn")
     ap.add_argument("--interval", type=float, default=10.0, help="planner interval, sim seconds")
-    ap.add_argument("--scale-down-delay", type=float, default=120.0, help="sim seconds")
+    ap.add_argument("--scale-down-delay", type=float, default=60.0, help="sim seconds")
     ap.add_argument("--kv-blocks", type=int, default=20_000, help="KV blocks per worker (H200: ~20K)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(

@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ReplayPolicy(StrEnum):
@@ -202,6 +202,11 @@ class FrontendConfig(PromptConfig):
     )
 
 
+PLANNER_SETTINGS = frozenset(
+    {"ttft_target_ms", "itl_target_ms", "planner_interval_s", "scale_down_delay_s", "sim_model_load_s"}
+)
+
+
 class UpConfig(FrontendConfig):
     """`agentserve up`: the frontend, an embedded router and in-process sim workers on one port."""
 
@@ -256,6 +261,15 @@ class UpConfig(FrontendConfig):
         if not 1 <= int(low) <= int(high) <= 64:
             raise ValueError(f"{value!r}: need 1 <= MIN <= MAX <= 64")
         return f"{int(low)}:{int(high)}"
+
+    @model_validator(mode="after")
+    def _planner_settings_need_autoscale(self) -> UpConfig:
+        # A planner setting without a planner would be accepted and do nothing: refuse it.
+        given = sorted(PLANNER_SETTINGS & self.model_fields_set)
+        if self.autoscale is None and given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(f"{flags} set the planner: add --autoscale MIN:MAX")
+        return self
 
     @property
     def autoscale_range(self) -> tuple[int, int] | None:
@@ -459,6 +473,9 @@ def explain(model: type[BaseModel], exc: ValidationError) -> str:
     for err in exc.errors():
         name = str(err["loc"][0]) if err["loc"] else ""
         message = err["msg"].removeprefix("Value error, ")
+        if not err["loc"]:  # a check across settings (a model validator): its message says which
+            lines.append(message)
+            continue
         if name not in model.model_fields:
             lines.append(f"unknown setting {name!r} (see --help for the settings)")
             continue

@@ -108,7 +108,7 @@ def needed(
     lowest = max(config.min_workers, min(floor, config.max_workers))
     ttft_goal = config.headroom * config.ttft_target_s
     itl_goal = config.headroom * config.itl_target_s
-    prediction = _corrected(predict(sample.planning_demand(), lowest, timing, chunk=config.chunk), fix)
+    prediction: Prediction | None = None
     for n in range(lowest, config.max_workers + 1):
         prediction = _corrected(predict(sample.planning_demand(), n, timing, chunk=config.chunk), fix)
         if prediction.ttft_s > ttft_goal or prediction.itl_s > itl_goal:
@@ -119,6 +119,7 @@ def needed(
         if floor > config.min_workers:
             return n, f"kv: {floor} workers hold the active and retained blocks", prediction
         return n, "min: the targets hold at the minimum", prediction
+    assert prediction is not None  # lowest <= max_workers: the loop ran
     return config.max_workers, "max: the targets are not met even at max_workers", prediction
 
 

@@ -20,8 +20,8 @@ A profile is a small YAML file (docs/worker.md, "Engine profiles"):
     held_out: []                         # measured like the above but not fitted: the model's check
 
 Shipped profiles live in `agentserve/data/profiles/<name>.yaml` and load by name; any other file
-loads by path. The sim runs under one (`--sim-profile`), the planner and the prefill/decode decision
-predict with one, and `agentserve profile` writes one from a live worker.
+loads by path. The sim runs under one (`--sim-profile`), the planner predicts with one
+(`agentserve.planner`), and `agentserve profile` writes one from a live worker.
 """
 
 from __future__ import annotations

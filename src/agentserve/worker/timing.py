@@ -88,15 +88,16 @@ class TimingModel:
         prefill_tokens = sum(n for _, n in work.prefill)
         # Σ_{i<n} (start + i) = n·start + n(n-1)/2: each new token attends to all before it.
         pairs = sum(n * start + n * (n - 1) / 2 for start, n in work.prefill)
-        return {
-            "base_s": 1.0,
-            "moe_expert_s": self.experts_touched(prefill_tokens + len(work.decode)),
-            "decode_per_seq_s": float(len(work.decode)),
-            "kv_read_per_token_s": float(sum(work.decode)),
-            "prefill_per_token_s": float(prefill_tokens),
-            "prefill_attn_per_token_ctx_s": float(pairs),
-            "mixed_step_s": 1.0 if work.prefill and work.decode else 0.0,
-        }
+        inputs = (
+            1.0,
+            self.experts_touched(prefill_tokens + len(work.decode)),
+            float(len(work.decode)),
+            float(sum(work.decode)),
+            float(prefill_tokens),
+            float(pairs),
+            1.0 if work.prefill and work.decode else 0.0,
+        )
+        return dict(zip(LINEAR_TERMS, inputs, strict=True))
 
     def step_seconds(self, work: StepWork) -> float:
         if work.empty:
@@ -123,7 +124,7 @@ class TimingModel:
         return t
 
 
-# The coefficients a fit estimates, in the order of `TimingModel.terms`.
+# The coefficients a fit estimates; `TimingModel.terms` gives their inputs in this order.
 LINEAR_TERMS: tuple[str, ...] = (
     "base_s",
     "moe_expert_s",

@@ -3,6 +3,7 @@ after it, through the real frontend, router and engines (the sim's clock at spee
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import openai
 import pytest
 from stack import Served, served
 
-from agentserve.config import ConfigError, UpConfig
+from agentserve.config import ConfigError, UpConfig, add_config_flags, config_from_args
 from agentserve.frontend.up import build_up
 
 SPEEDUP = 50.0
@@ -94,6 +95,12 @@ def test_a_burst_scales_the_sim_workers_up_and_its_end_scales_them_down(tmp_path
 def test_autoscale_needs_a_sim_that_keeps_time_and_a_valid_range(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="sim-speedup"):
         build_up(UpConfig.model_validate({**settings(tmp_path), "sim_speedup": 0}))
+    with pytest.raises(ValueError, match="add --autoscale"):
+        UpConfig.model_validate({"ttft_target_ms": 500})
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, UpConfig)
+    with pytest.raises(ConfigError, match=r"^--itl-target-ms set the planner: add --autoscale MIN:MAX$"):
+        config_from_args(UpConfig, parser.parse_args(["--itl-target-ms", "50"]))
     for bad in ("3:1", "0:2", "two:four", "1-3"):
         with pytest.raises(ValueError, match=r"MIN:MAX|MIN <= MAX"):
             UpConfig.model_validate({"autoscale": bad})

@@ -28,7 +28,7 @@ from prometheus_client import Counter, Histogram
 from agentserve.frontend.backend import EngineBackend
 from agentserve.planner.decide import Decision, PlannerConfig, Sample, WorkerState, choose_removals, decide
 from agentserve.planner.metrics import PlannerMetrics
-from agentserve.planner.readings import Buckets, Reading, SampleBuilder
+from agentserve.planner.readings import Buckets, Reading, SampleBuilder, session_blocks
 from agentserve.telemetry.metrics import FrontendMetrics
 from agentserve.worker.engine import Engine, Load
 from agentserve.worker.timing import TimingModel
@@ -156,7 +156,7 @@ class LocalPlanner:
                 self._spawn(self._add(f"sim-{next(self._names)}"))
         elif decision.desired < len(serving):
             loads: dict[str, Load] = {w: self.backend.engines[w].load() for w in serving}
-            states = [WorkerState(w, x.kv_blocks_retained, x.running + x.waiting) for w, x in loads.items()]
+            states = [WorkerState(w, session_blocks(x), x.running + x.waiting) for w, x in loads.items()]
             for worker in choose_removals(states, len(serving) - decision.desired):
                 self._spawn(self._remove(worker))
 

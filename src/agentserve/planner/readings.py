@@ -112,6 +112,11 @@ def parse_router_queue(text: str) -> int:
     return int(waiting)
 
 
+def session_blocks(load: Load) -> int:
+    """A worker's retained blocks that belong to sessions (expiring), not the prefix it pins."""
+    return max(load.kv_blocks_retained - load.kv_blocks_pinned, 0)
+
+
 @dataclass(slots=True)
 class Totals:
     """A worker's cumulative counters (what `Load` reports since the worker started)."""
@@ -188,7 +193,8 @@ class SampleBuilder:
             ready_workers=ready_workers,
             demand=demand(grown, elapsed),
             kv_active_blocks=sum(load.kv_blocks_used for load in loads.values()),
-            kv_retained_blocks=sum(load.kv_blocks_retained for load in loads.values()),
+            kv_retained_blocks=sum(session_blocks(load) for load in loads.values()),
+            kv_pinned_blocks=max((load.kv_blocks_pinned for load in loads.values()), default=0),
             waiting=queued + sum(load.waiting for load in loads.values()),
         )
         earlier, self._reading = self._reading, frontend if frontend is not None else self._reading

@@ -47,7 +47,7 @@ from agentserve.planner.kube import (
     scale_note,
 )
 from agentserve.planner.metrics import PlannerMetrics
-from agentserve.planner.readings import SampleBuilder
+from agentserve.planner.readings import SampleBuilder, session_blocks
 from agentserve.worker.timing import TimingModel
 
 log = logging.getLogger("agentserve.planner")
@@ -161,7 +161,7 @@ class ClusterPlanner:
     async def _rank_for_removal(self, fleet: FleetReading) -> None:
         """Deletion costs by `choose_removals`' order: the cheapest worker to lose costs least."""
         assert self.kube is not None
-        states = [WorkerState(w, x.kv_blocks_retained, x.running + x.waiting) for w, x in fleet.loads.items()]
+        states = [WorkerState(w, session_blocks(x), x.running + x.waiting) for w, x in fleet.loads.items()]
         ranked = choose_removals(states, len(states))
         for cost, pod in enumerate(ranked):
             if self._costs.get(pod) == cost:

@@ -166,7 +166,10 @@ def decide(
     window = [s for s in history if s.at >= now - config.scale_down_delay_s]
     fix = corrections(window, config, timing)
     need, reason, prediction = needed(latest, config, timing, fix)
-    if latest.waiting > 0 and latest.ready_workers >= need and need < config.max_workers:
+    # A queue in one reading is often a moment (a burst admitted a step later); one that outlasts an
+    # interval says the count is short even where the model says it is not.
+    queued = latest.waiting > 0 and (len(history) < 2 or history[-2].waiting > 0)
+    if queued and latest.ready_workers >= need and need < config.max_workers:
         need, reason = latest.ready_workers + 1, f"queue: {latest.waiting} requests waiting"
         prediction = _corrected(predict(latest.planning_demand(), need, timing, chunk=config.chunk), fix)
     have = latest.ready_workers if current is None else current

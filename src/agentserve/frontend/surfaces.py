@@ -214,14 +214,17 @@ class ChatSurface:
 
     def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
         encoder = chat.ChatStreamEncoder(
-            model, include_usage=request.options.include_usage, dispatch=ctx.dispatch
+            model,
+            include_usage=request.options.include_usage,
+            dispatch=ctx.dispatch,
+            custom_tools=request.custom_tools,
         )
         return _ChatWriter(encoder)
 
     def build(
         self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
     ) -> tuple[dict[str, Any], str]:
-        body = chat.build_chat_completion(turn, model=model)
+        body = chat.build_chat_completion(turn, model=model, custom_tools=request.custom_tools)
         return body, body["id"]
 
     def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:

@@ -12,7 +12,7 @@ from agentserve.api.options import GenerationOptions
 from agentserve.conversation import Conversation
 
 if TYPE_CHECKING:  # the anthropic package imports this module
-    from agentserve.api.anthropic.context import ContextManagement
+    from agentserve.api.anthropic.context import AppliedEdit, ContextManagement
 
 ApiName = Literal["anthropic", "chat", "responses"]
 
@@ -40,6 +40,8 @@ class DecodedRequest:
 class AnthropicRequest(DecodedRequest):
     user_id: str | None = None
     context_management: ContextManagement | None = None  # edits applied before rendering
+    # What the frontend's edits cleared (`context_management.applied_edits` in the response).
+    applied_edits: tuple[AppliedEdit, ...] = ()
 
 
 ToolKind = Literal["function", "custom", "local_shell", "shell", "apply_patch"]

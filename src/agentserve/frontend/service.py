@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from agentserve.api.anthropic.context import apply_edits
 from agentserve.api.catalog import ModelFacts
 from agentserve.api.errors import (
     ApiError,
@@ -28,13 +29,13 @@ from agentserve.api.errors import (
 )
 from agentserve.api.identity import AgentIdentity
 from agentserve.api.memory import CallMemory, call_scope
-from agentserve.api.request import DecodedRequest
+from agentserve.api.request import AnthropicRequest, DecodedRequest, ResponsesRequest
 from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName, FrontendConfig
 from agentserve.constraints.spec import Constraint
-from agentserve.conversation import FinishReason, OutputEvent, ToolCallEnd, ToolCallStart, Usage
+from agentserve.conversation import Conversation, FinishReason, OutputEvent, ToolCallEnd, ToolCallStart, Usage
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.constrain import Constrainer
 from agentserve.frontend.generate import Generation
@@ -56,6 +57,7 @@ from agentserve.frontend.surfaces import (
     last_resort_frames,
     stream_response_id,
 )
+from agentserve.frontend.truncate import truncate_oldest
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, is_agent_traffic, render_prompt
@@ -100,6 +102,10 @@ class Prepared:
         # The name the client asked for: the real APIs answer with the model the client named (or
         # its resolved snapshot); harnesses send their own names and some compare them.
         return self.request.options.model
+
+
+def _truncates(request: DecodedRequest) -> bool:
+    return isinstance(request, ResponsesRequest) and request.truncation == "auto"
 
 
 def error_frames(api: ApiName, writer: StreamWriter, error: ApiError, request_id: str) -> bytes:
@@ -213,6 +219,40 @@ class Frontend:
         except RecursionError:
             raise InvalidRequestError("the request is nested too deeply to render") from None
 
+    def edit_history(self, request: DecodedRequest) -> tuple[DecodedRequest, bool]:
+        """The request with the context edits it asks for (Anthropic `context_management`) applied
+        to its history, and whether any was applied (the prefix then changes on purpose)."""
+        if not isinstance(request, AnthropicRequest) or request.context_management is None:
+            return request, False
+        base = request
+
+        def count(conversation: Conversation) -> int:
+            return len(self.render(replace(base, conversation=conversation)).token_ids)
+
+        conversation, applied = apply_edits(request.conversation, request.context_management, count)
+        if not applied:
+            return request, False
+        return replace(request, conversation=conversation, applied_edits=applied), True
+
+    def truncate(
+        self, request: DecodedRequest, prompt: RenderedPrompt
+    ) -> tuple[DecodedRequest, RenderedPrompt, bool]:
+        """Responses `truncation: auto`: the oldest items dropped until the prompt fits the window
+        (whole units: a call keeps its result); unchanged when nothing fits (the budget's 400)."""
+        base = request
+
+        def fits(conversation: Conversation) -> bool:
+            rendered = self.render(replace(base, conversation=conversation))
+            return len(rendered.token_ids) < self.context_window
+
+        found = truncate_oldest(request.conversation, fits)
+        if found is None:
+            return request, prompt, False
+        conversation, dropped = found
+        log.info("truncation auto: dropped the %d oldest messages to fit the context window", dropped)
+        request = replace(request, conversation=conversation)
+        return request, self.render(request), True
+
     def trace(
         self,
         request_id: str,
@@ -249,10 +289,14 @@ class Frontend:
             restored = self.answers.restore(replaying, request.conversation)
             if restored is not request.conversation:
                 request = replace(request, conversation=restored)
+        request, edited = self.edit_history(request)
         prompt = self.render(request)
+        if len(prompt.token_ids) >= self.context_window and _truncates(request):
+            request, prompt, cut = self.truncate(request, prompt)
+            edited = edited or cut
         canonical = prompt.text
         extends = None
-        if replaying is not None:
+        if replaying is not None and not edited:  # an edited history extends no earlier turn
             prompt, extends = splice_any(prompt, self.replay.get(replaying), self.pipeline)
         requested = request.options.max_tokens
         max_tokens = output_budget(
@@ -262,7 +306,7 @@ class Frontend:
             request, starts_in_reasoning=prompt.starts_in_reasoning, max_tokens=max_tokens
         )
         drift = previous_prompt = None
-        if session is not None:
+        if session is not None and not edited:  # an applied edit changes the prefix on purpose: not drift
             drift = self.drift.check(session, prompt.token_ids)
             previous_prompt = self._prompt_lengths.get(session)
             if drift is not None and drift.drifted:

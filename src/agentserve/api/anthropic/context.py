@@ -206,25 +206,35 @@ def apply_edits(
     conversation: Conversation, management: ContextManagement, count: Callable[[Conversation], int]
 ) -> tuple[Conversation, tuple[AppliedEdit, ...]]:
     """Apply the edits in order to the history; `count` is the prompt's token count of a
-    conversation. An edit that clears nothing (or less than `clear_at_least`) is not applied."""
+    conversation (called only when an edit needs it: Claude Code's `keep: all` costs nothing). An
+    edit that clears nothing (or less than `clear_at_least`) is not applied."""
     applied: list[AppliedEdit] = []
-    tokens = count(conversation)
+    known: int | None = None
+
+    def tokens() -> int:
+        nonlocal known
+        if known is None:
+            known = count(conversation)
+        return known
+
     for edit in management.edits:
         if isinstance(edit, ClearThinking):
             edited, cleared = _clear_thinking_turns(conversation, edit.keep)
             kind = CLEAR_THINKING
         else:
-            uses = len(_tool_uses(conversation))
-            measure = tokens if edit.trigger == "input_tokens" else uses
-            if measure <= edit.trigger_value:
+            if edit.trigger == "tool_uses":
+                reached = len(_tool_uses(conversation)) > edit.trigger_value
+            else:
+                reached = tokens() > edit.trigger_value
+            if not reached:
                 continue
             edited, cleared = _clear_tools(conversation, edit)
             kind = CLEAR_TOOL_USES
         if cleared == 0:
             continue
-        after = count(edited)
-        if isinstance(edit, ClearToolUses) and tokens - after < edit.clear_at_least:
+        before, after = tokens(), count(edited)
+        if isinstance(edit, ClearToolUses) and before - after < edit.clear_at_least:
             continue  # not worth breaking the cache for
-        applied.append(AppliedEdit(kind, max(0, tokens - after), cleared))
-        conversation, tokens = edited, after
+        applied.append(AppliedEdit(kind, max(0, before - after), cleared))
+        conversation, known = edited, after
     return conversation, tuple(applied)

@@ -118,7 +118,8 @@ def _generate_route(
 
         out_headers = id_headers(request_id)
         if decoded.options.stream:
-            writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
+            # The prepared request: what the frontend did to it (context edits) is reported.
+            writer = surface.writer(prepared.request, frontend.ctx, decoded.options.model)
             return EventStreamResponse(
                 lambda write: frontend.stream(prepared, gen, writer, write),
                 headers=out_headers,

@@ -63,7 +63,7 @@ from agentserve.prompt.drift import DriftDetector, DriftReport
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, is_agent_traffic, render_prompt
 from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
 from agentserve.prompt.session import conversation_key, key_after
-from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice_any
+from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice, splice_any
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
@@ -200,7 +200,7 @@ class Frontend:
         await self.state.prefetch_turns(surface.name, body, memory_scope)
         return surface.restore(request, self.ctx, memory_scope)
 
-    def render(self, request: DecodedRequest) -> RenderedPrompt:
+    def render(self, request: DecodedRequest, *, add_generation_prompt: bool = True) -> RenderedPrompt:
         """The prompt exactly as the real request renders it (count_tokens uses this too)."""
         if self.constrainer.drops_tools(request):
             # tool_choice none: the family's template renders no tool preamble for no tools.
@@ -213,6 +213,7 @@ class Frontend:
                 enable_thinking=options.reasoning.enabled,
                 template_kwargs=options.template_kwargs or None,
                 reasoning_effort=options.reasoning.level,
+                add_generation_prompt=add_generation_prompt,
             )
         except PromptError as exc:
             raise InvalidRequestError(str(exc)) from None
@@ -424,6 +425,8 @@ class Frontend:
                 self._retention_tracker.rename(turn_one, session, hashes[0] if hashes else None)
         if session is not None:
             self._remember_session(p, gen, events, session, calls=calls, turn=reply)
+        if p.request.nvext.agent_hints.speculative_prefill and not p.discard_output:
+            self.speculate(p, gen, reply or TurnAccumulator().feed_all(events), session)
         if turn is not None:
             # The call memory's scope is the one the next request of this conversation will show.
             memory_scope = call_scope(p.scope, session)
@@ -435,6 +438,31 @@ class Frontend:
                 message = self.ctx.memory.turn(first.id, memory_scope)
                 if message is not None:
                     await self.state.save_turns(memory_scope, (message,))
+
+    def speculate(
+        self, p: Prepared, gen: Generation, reply: TurnAccumulator, session: str | None
+    ) -> RenderedPrompt | None:
+        """`nvext.agent_hints.speculative_prefill`: prefill the predicted next prompt — this prompt as
+        sent, the output as generated, then what the template writes after the turn — on the worker
+        the next turn will be routed to (same session), while the client runs its tools. Returns the
+        prediction when a warm-up was started."""
+        request = p.request
+        history = (*request.conversation.messages, reply.message(self.ctx.signer))
+        try:
+            rendered = self.render(
+                replace(request, conversation=replace(request.conversation, messages=history)),
+                add_generation_prompt=False,
+            )
+        except ApiError:
+            return None
+        # The next prompt starts with this one as sent and the output as generated (exact replay).
+        predicted = splice(rendered, Produced.of(p.canonical, p.prompt, gen.generated), self.pipeline)
+        predicted = predicted or rendered
+        route = route_request(request, predicted.block_hashes, len(predicted.token_ids), session)
+        if not self.backend.speculative_prefill(predicted.token_ids, route):
+            return None
+        log.debug("%s: speculative prefill of %d tokens", p.request_id, len(predicted.token_ids))
+        return predicted
 
     def _remember_session(
         self,

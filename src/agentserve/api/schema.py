@@ -398,10 +398,18 @@ class AnthropicMessage(_Open):
     )
     stop_sequence: str | None
     usage: AnthropicUsage
+    context_management: Json | None = Field(
+        None, description="`{applied_edits: [...]}` when the request asked for context edits"
+    )
+
+
+class AnthropicCountTokensContext(_Closed):
+    original_input_tokens: int = Field(description="before the request's context edits")
 
 
 class AnthropicCountTokensResponse(_Closed):
-    input_tokens: int
+    input_tokens: int = Field(description="after the request's context edits, as /v1/messages sends it")
+    context_management: AnthropicCountTokensContext | None = None
 
 
 class AnthropicStreamEvent(_Open):

@@ -35,7 +35,17 @@ from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName, FrontendConfig
 from agentserve.constraints.spec import Constraint
-from agentserve.conversation import Conversation, FinishReason, OutputEvent, ToolCallEnd, ToolCallStart, Usage
+from agentserve.conversation import (
+    Conversation,
+    FinishReason,
+    Message,
+    OutputEvent,
+    Text,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolResult,
+    Usage,
+)
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.constrain import Constrainer
 from agentserve.frontend.generate import Generation
@@ -60,6 +70,7 @@ from agentserve.frontend.surfaces import (
 from agentserve.frontend.truncate import truncate_oldest
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
+from agentserve.prompt.hashing import block_hashes
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, is_agent_traffic, render_prompt
 from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
 from agentserve.prompt.session import conversation_key, key_after
@@ -102,6 +113,10 @@ class Prepared:
         # The name the client asked for: the real APIs answer with the model the client named (or
         # its resolved snapshot); harnesses send their own names and some compare them.
         return self.request.options.model
+
+
+# Stands in for the next message's content when predicting the next prompt (never sent).
+_NEXT = "\u2063agentserve-next-turn\u2063"
 
 
 def _truncates(request: DecodedRequest) -> bool:
@@ -447,7 +462,13 @@ class Frontend:
         the next turn will be routed to (same session), while the client runs its tools. Returns the
         prediction when a warm-up was started."""
         request = p.request
-        history = (*request.conversation.messages, reply.message(self.ctx.signer))
+        answer = reply.message(self.ctx.signer)
+        # After calls the next message is certainly their results: render them with a marker and
+        # keep what precedes it (the results' header is predicted too).
+        results = tuple(
+            Message("tool", (ToolResult(c.id, (Text(_NEXT),), False, c.name),)) for c in answer.tool_calls
+        )
+        history = (*request.conversation.messages, answer, *results)
         try:
             rendered = self.render(
                 replace(request, conversation=replace(request.conversation, messages=history)),
@@ -455,14 +476,21 @@ class Frontend:
             )
         except ApiError:
             return None
+        cut = rendered.text.find(_NEXT)
+        if cut >= 0:
+            rendered = replace(rendered, text=rendered.text[:cut])
         # The next prompt starts with this one as sent and the output as generated (exact replay).
-        predicted = splice(rendered, Produced.of(p.canonical, p.prompt, gen.generated), self.pipeline)
-        predicted = predicted or rendered
-        route = route_request(request, predicted.block_hashes, len(predicted.token_ids), session)
-        if not self.backend.speculative_prefill(predicted.token_ids, route):
+        spliced = splice(rendered, Produced.of(p.canonical, p.prompt, gen.generated), self.pipeline)
+        ids = (
+            spliced.token_ids if spliced is not None else tuple(self.pipeline.tokenizer.encode(rendered.text))
+        )
+        # The text was cut mid-prompt: its last token may merge with what follows in the real one.
+        ids = ids[:-1] if cut >= 0 else ids
+        hashes = tuple(block_hashes(ids, self.pipeline.block_size, self.pipeline.hash_seed))
+        if not self.backend.speculative_prefill(ids, route_request(request, hashes, len(ids), session)):
             return None
-        log.debug("%s: speculative prefill of %d tokens", p.request_id, len(predicted.token_ids))
-        return predicted
+        log.debug("%s: speculative prefill of %d tokens", p.request_id, len(ids))
+        return replace(rendered, token_ids=ids, block_hashes=hashes)
 
     def _remember_session(
         self,

@@ -436,3 +436,16 @@ def test_speculative_prefill_warms_the_next_turns_prefix(stack: Served) -> None:
         assert len(warmed) == 2  # the second hinted turn warmed too; the unhinted one did not
     finally:
         del backend.generate, backend.speculative_prefill
+
+
+def test_anthropic_count_tokens_counts_after_the_edits(stack: Served) -> None:
+    c = claude(stack)
+    messages = _long_tool_history(5)
+    edits = [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 200}}]
+    plain = c.messages.count_tokens(model="m", messages=messages, tools=[READ]).input_tokens
+    counted = c.beta.messages.count_tokens(
+        model="m", messages=messages, tools=[READ], context_management={"edits": edits}
+    )
+    assert counted.context_management is not None
+    assert counted.context_management.original_input_tokens == plain
+    assert counted.input_tokens < plain

@@ -449,3 +449,42 @@ def test_anthropic_count_tokens_counts_after_the_edits(stack: Served) -> None:
     assert counted.context_management is not None
     assert counted.context_management.original_input_tokens == plain
     assert counted.input_tokens < plain
+
+
+def test_an_applied_context_edit_is_not_prefix_drift(stack: Served, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="agentserve.frontend")
+    c = claude(stack)
+    edits = [
+        {
+            "type": "clear_tool_uses_20250919",
+            "trigger": {"type": "input_tokens", "value": 200},
+            "keep": {"type": "tool_uses", "value": 1},
+        }
+    ]
+
+    def two_turns(session: str, *, edit: bool) -> None:
+        headers = {"x-session-id": session}
+        history = _long_tool_history(3)
+        first = c.messages.create(
+            model="m", max_tokens=50, messages=history, tools=[READ], extra_headers=headers
+        )
+        history += [{"role": "assistant", "content": [b.model_dump() for b in first.content]}]
+        history += [{"role": "user", "content": "and now?"}]
+        if edit:
+            c.beta.messages.create(
+                model="m",
+                max_tokens=50,
+                messages=history,
+                tools=[READ],
+                context_management={"edits": edits},
+                extra_headers=headers,
+            )
+            return
+        for message in history[2:5:2]:  # the client itself rewrites the two older results
+            message["content"][0]["content"] = "[tool result cleared to save context]"
+        c.messages.create(model="m", max_tokens=50, messages=history, tools=[READ], extra_headers=headers)
+
+    two_turns("edited-session", edit=True)
+    two_turns("rewritten-session", edit=False)
+    assert "prefix drift in session rewritten-session" in caplog.text  # the control: drift is seen
+    assert "prefix drift in session edited-session" not in caplog.text  # an edit is intended

@@ -93,3 +93,16 @@ def test_a_failed_patch_is_a_tool_error() -> None:
     assert isinstance(result, ToolResult) and result.is_error and result.text == "gone"
     (made,) = request.conversation.messages[0].parts
     assert isinstance(made, ToolCall) and made.name == "apply_patch"
+
+
+def test_allowed_tools_name_client_tools_by_type() -> None:
+    request = decode_responses(
+        {
+            "model": "m",
+            "input": "hi",
+            "tools": [{"type": "shell"}, {"type": "function", "name": "f"}],
+            "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "shell"}]},
+        },
+        signer=Signer(b"k" * 32),
+    )
+    assert request.options.tool_choice.allowed == ("shell",)

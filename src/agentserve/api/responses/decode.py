@@ -356,6 +356,8 @@ def _tool_choice(value: Any) -> ToolChoice:
         for i, raw in enumerate(expect_list(raw_tools, "tool_choice.tools") if raw_tools is not None else ()):
             tool = expect_dict(raw, at("tool_choice.tools", i))
             name = opt_str(tool, "name", at("tool_choice.tools", i))
+            if name is None and tool.get("type") in RESPONSES_CLIENT_TOOLS:
+                name = tool["type"]  # a client tool is named by its type
             if name is not None:
                 names.append(name)
         return ToolChoice(mode, allowed=tuple(names) if raw_tools is not None else None)  # type: ignore[arg-type]

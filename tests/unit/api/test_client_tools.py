@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentserve.api.anthropic.decode import decode_messages
 from agentserve.api.client_tools import anthropic_client_tool, responses_client_tool
+from agentserve.api.errors import InvalidRequestError
 from agentserve.api.responses.decode import decode_responses
 from agentserve.api.signing import Signer
 from agentserve.conversation import Conversation, Message, Text, ToolCall, ToolResult
@@ -11,6 +14,7 @@ from agentserve.prompt.messages import TOOL_ERROR_MARKER
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
 
 QWEN3 = PromptPipeline.for_family("qwen3")
+BASH = {"name": "Bash", "description": "run", "input_schema": {"type": "object"}}
 
 
 def commands(kind: str, **tool: object) -> list[str]:
@@ -106,3 +110,14 @@ def test_allowed_tools_name_client_tools_by_type() -> None:
         signer=Signer(b"k" * 32),
     )
     assert request.options.tool_choice.allowed == ("shell",)
+
+
+def test_a_client_tool_needs_its_name() -> None:
+    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(InvalidRequestError) as caught:
+        decode_messages(body | {"tools": [{"type": "bash_20250124"}]})
+    assert caught.value.param == "tools[0].name"
+    with pytest.raises(InvalidRequestError, match="unique"):
+        decode_messages(
+            body | {"tools": [{"type": "bash_20250124", "name": "bash"}, {**BASH, "name": "bash"}]}
+        )

@@ -26,7 +26,7 @@ from agentserve.api._check import (
     wrong_type,
 )
 from agentserve.api.anthropic.context import parse_context_management
-from agentserve.api.client_tools import anthropic_client_tool
+from agentserve.api.client_tools import ANTHROPIC_CLIENT_TOOL, anthropic_client_tool
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.identity import BodyIdentity, session_from_user_id
 from agentserve.api.ids import canonical_call_id, is_safe_id
@@ -315,6 +315,8 @@ class _Decoder:
                 if not _SERVER_TOOL.match(kind):
                     # Anthropic answers a tag it does not know (an OpenAI `function` tool) with a 400.
                     raise InvalidRequestError(_not_a_tool(kind), param=at(tpath, "type"))
+                if "name" not in tool and ANTHROPIC_CLIENT_TOOL.match(kind):
+                    raise missing(at(tpath, "name"))  # the client tool's fixed name (`bash`, …)
                 name = req_str(tool, "name", tpath, nonempty=True) if "name" in tool else kind
                 for key in ("max_characters", "display_width_px", "display_height_px", "display_number"):
                     opt_int(tool, key, tpath, minimum=0)

@@ -8,7 +8,7 @@ harmless (the row says why). Never a 200 with a field silently dropped.
 (`api/schema.py`) to this table: every field path of the request models must have a row here, every
 row a field, every key a decoder reads a row, and every `refused` row's probe must be answered 400
 naming the field. `docs/api-contract.md` carries the table (generated between markers:
-`python -m agentserve.api.contract docs/api-contract.md`; the test fails when it drifts).
+`python -m agentserve.api.contract_docs docs/api-contract.md`; the test fails when it drifts).
 
 Paths: `a.b` an object's field, `a[]` an array's items, `a[tag]` the items whose `type` is `tag`
 (`[*]` any other tag). The discriminator `type` of a tagged item is its row. Paths that repeat a
@@ -17,10 +17,8 @@ shape (a namespace's tools, tool outputs) are written once (`ALIASES`).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 Kind = Literal["effect", "refused", "ignored"]
@@ -674,13 +672,3 @@ def with_table(text: str) -> str:
     if not sep:
         raise ValueError("the field-table end marker is missing")
     return f"{head}{BEGIN}\n\n{markdown()}\n{END}{tail}"
-
-
-def main(argv: list[str]) -> int:
-    path = Path(argv[0] if argv else "docs/api-contract.md")
-    path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

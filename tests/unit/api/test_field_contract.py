@@ -201,4 +201,4 @@ def test_ignored_top_level_fields_are_reported(api: Api) -> None:
 
 def test_the_docs_carry_the_table() -> None:
     doc = (ROOT / "docs/api-contract.md").read_text(encoding="utf-8")
-    assert contract.with_table(doc) == doc, "run: python -m agentserve.api.contract docs/api-contract.md"
+    assert contract.with_table(doc) == doc, "run: python -m agentserve.api.contract_docs docs/api-contract.md"

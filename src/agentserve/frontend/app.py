@@ -348,8 +348,8 @@ def create_app(
                     anthropic_surface, body, decoded, identity, scope=scope or ""
                 )
                 frontend.check_model(decoded.options.model)
-                edited, _ = frontend.edit_history(decoded)  # counted as /v1/messages would send it
-                tokens = len(frontend.render(edited).token_ids)
+                edited, rendered, _ = frontend.edit_history(decoded)  # as /v1/messages sends it
+                tokens = len((rendered or frontend.render(edited)).token_ids)
                 counted: dict[str, Any] = {"input_tokens": tokens}
                 if isinstance(decoded, AnthropicRequest) and decoded.context_management is not None:
                     original = tokens if edited is decoded else len(frontend.render(decoded).token_ids)

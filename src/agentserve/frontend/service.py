@@ -235,20 +235,25 @@ class Frontend:
         except RecursionError:
             raise InvalidRequestError("the request is nested too deeply to render") from None
 
-    def edit_history(self, request: DecodedRequest) -> tuple[DecodedRequest, bool]:
+    def edit_history(self, request: DecodedRequest) -> tuple[DecodedRequest, RenderedPrompt | None, bool]:
         """The request with the context edits it asks for (Anthropic `context_management`) applied
-        to its history, and whether any was applied (the prefix then changes on purpose)."""
+        to its history; the prompt of the result when measuring it rendered it already (no second
+        render); whether any edit was applied (the prefix then changes on purpose)."""
         if not isinstance(request, AnthropicRequest) or request.context_management is None:
-            return request, False
+            return request, None, False
         base = request
+        rendered: list[tuple[Conversation, RenderedPrompt]] = []  # what measuring rendered
 
         def count(conversation: Conversation) -> int:
-            return len(self.render(replace(base, conversation=conversation)).token_ids)
+            prompt = self.render(replace(base, conversation=conversation))
+            rendered.append((conversation, prompt))
+            return len(prompt.token_ids)
 
         conversation, applied = apply_edits(request.conversation, request.context_management, count)
-        if not applied:
-            return request, False
-        return replace(request, conversation=conversation, applied_edits=applied), True
+        if applied:
+            request = replace(request, conversation=conversation, applied_edits=applied)
+        prompt = next((p for c, p in rendered if c is conversation), None)
+        return request, prompt, bool(applied)
 
     def truncate(
         self, request: DecodedRequest, prompt: RenderedPrompt
@@ -305,8 +310,8 @@ class Frontend:
             restored = self.answers.restore(replaying, request.conversation)
             if restored is not request.conversation:
                 request = replace(request, conversation=restored)
-        request, edited = self.edit_history(request)
-        prompt = self.render(request)
+        request, prompt_of_edits, edited = self.edit_history(request)
+        prompt = prompt_of_edits or self.render(request)
         if len(prompt.token_ids) >= self.context_window and _truncates(request):
             request, prompt, cut = self.truncate(request, prompt)
             edited = edited or cut

@@ -121,3 +121,18 @@ def test_a_client_tool_needs_its_name() -> None:
         decode_messages(
             body | {"tools": [{"type": "bash_20250124", "name": "bash"}, {**BASH, "name": "bash"}]}
         )
+
+
+def test_a_local_shell_output_may_name_its_call_by_item_id() -> None:
+    call = {
+        "type": "local_shell_call",
+        "id": "lsh_1",
+        "call_id": "call_1",
+        "action": {"type": "exec", "command": ["ls"], "env": {}},
+    }
+    for ref in ("lsh_1", "call_1"):
+        out = {"type": "local_shell_call_output", "id": ref, "output": "a.py"}
+        request = decode_responses({"model": "m", "input": [call, out]}, signer=Signer(b"k" * 32))
+        made, result = request.conversation.messages[0].parts[0], request.conversation.messages[1].parts[0]
+        assert isinstance(made, ToolCall) and made.arguments == '{"command": ["ls"], "env": {}}'
+        assert isinstance(result, ToolResult) and result.call_id == "call_1" and result.text == "a.py"

@@ -82,7 +82,7 @@ class _Decoder:
         self.turn: list[Part] | None = None  # the assistant turn being collected
         self.tools: list[ToolSpec] = []
         self.tool_kinds: dict[str, ResponsesTool] = {}
-        self.hosted: set[str] = set()  # types of hosted tools offered (not runnable here)
+        self.item_calls: dict[str, str] = {}  # a client call item's `id` -> its call_id
 
     def flush(self) -> None:
         if self.turn is not None:
@@ -173,18 +173,21 @@ class _Decoder:
             raise InvalidRequestError(f"duplicate call_id {call_id!r}", param=at(path, "call_id"))
         name, field = _CLIENT_CALLS[kind]
         value = check_depth(expect_dict(item.get(field), at(path, field)), at(path, field))
-        if kind == "local_shell_call":
-            value = {
-                k: v for k, v in value.items() if k != "type"
-            }  # `type: exec` is the item's, not the model's
+        if kind == "local_shell_call":  # `type: exec` is the item's, not the model's
+            value = {k: v for k, v in value.items() if k != "type"}
+        item_id = opt_str(item, "id", path)
+        if item_id:
+            self.item_calls[item_id] = call_id
         self.call_names[call_id] = name
         self.assistant_part(ToolCall(call_id, name, json.dumps(value, ensure_ascii=False)))
 
     def client_output(self, item: dict[str, Any], path: str, kind: str) -> None:
         """A client tool's answer, as text the model reads; a failed patch is a tool error."""
         self.flush()
+        # OpenAI's `local_shell_call_output` names its call by `id` (the call's item id or call id).
         key = "call_id" if kind != "local_shell_call_output" or "call_id" in item else "id"
         call_id = req_str(item, key, path)
+        call_id = self.item_calls.get(call_id, call_id)
         name = self.call_names.get(call_id)
         if name is None:
             raise InvalidRequestError(
@@ -274,7 +277,6 @@ class _Decoder:
                 continue
             if kind not in ("function", "custom"):
                 self.ignored.append(tpath)  # hosted tools run on OpenAI's side, not here
-                self.hosted.add(kind)
                 continue
             name = req_name(tool, "name", tpath)
             if name in self.tool_kinds:

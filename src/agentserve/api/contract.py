@@ -85,7 +85,7 @@ _A_DOCUMENT = (
     _e("source", "plain-text documents only; other sources 400"),
     _e("source.type", "`text`; others 400"),
     _e("source.data", "rendered as the document's text"),
-    _e("source.media_type", "`text/plain`"),
+    _i("source.media_type", "plain text is the only document source accepted: the type adds nothing"),
     _e("title", "rendered before the document's text"),
     _e("context", "rendered before the document's text"),
     _r(
@@ -309,7 +309,10 @@ CHAT: tuple[FieldRule, ...] = (
     _i(f"{_C_MSG}.content[image_url].image_url.detail", "a resolution hint for OpenAI's vision encoder"),
     _e(f"{_C_MSG}.content[refusal]", "rendered as text"),
     _e(f"{_C_MSG}.content[refusal].refusal", "rendered as text"),
-    _e(f"{_C_MSG}.name", "the function message's function name"),
+    _e(
+        f"{_C_MSG}.name",
+        "a function message's function; on other roles a participant name no template renders",
+    ),
     _e(f"{_C_MSG}.reasoning_content", "reasoning replay"),
     _e(f"{_C_MSG}.reasoning", "reasoning replay (vLLM's name)"),
     _e(f"{_C_MSG}.tool_calls", "calls in history"),
@@ -559,7 +562,11 @@ RESPONSES: tuple[FieldRule, ...] = (
     _e("text.format.name", "schema name (echoed)"),
     _e("text.format.schema", "the enforced schema"),
     _e("text.format.strict", "enforced"),
-    _e("include", "`reasoning.encrypted_content`: sealed reasoning"),
+    _e(
+        "include",
+        "`reasoning.encrypted_content`: sealed reasoning; `message.output_text.logprobs`: 400 (no "
+        "log-probabilities); the other values ask for hosted tools' outputs, which never occur here",
+    ),
     _r(
         "top_logprobs",
         "no engine path returns token log-probabilities to the frontend yet",

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A real Kubernetes control plane on loopback, built from Go modules, with simulated B200 node pools.
 
-    scripts/k8s-local build   # once: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
+    scripts/k8s-local build   # once: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, lws
     scripts/k8s-local up      # start them (idempotent), register KWOK nodes, write a kubeconfig
+    scripts/k8s-local lws     # also run the LeaderWorkerSet controller (its CRDs and webhooks)
     scripts/k8s-local env     # print `export KUBECONFIG=...`
     scripts/k8s-local down    # stop everything (`--purge` also drops etcd's data)
 
@@ -10,8 +11,14 @@ Everything is built from source through the Go module proxy — never a download
 Kubernetes commands from `k8s.io/kubernetes` at one pinned release, inside a small wrapper module whose
 `replace` lines pin every `k8s.io/*` staging module to the matching `v0.x.y` (the release's own go.mod
 points them at `./staging`, which a dependent module cannot use); etcd from `go.etcd.io/etcd/server/v3`;
-KWOK (the Kubernetes SIG's simulator of nodes and pod lifecycles) from `sigs.k8s.io/kwok`. Binaries
+KWOK (the Kubernetes SIG's simulator of nodes and pod lifecycles) from `sigs.k8s.io/kwok`; the
+LeaderWorkerSet controller from `sigs.k8s.io/lws` (its `cmd` package, the manager its image runs). Binaries
 are cached under ~/.cache/agentserve-k8s/<version>/bin; the Go build cache makes a rebuild cheap.
+
+`lws` (or `Cluster.install_lws()`) runs the LWS manager as a local process like the others, with its
+internal certificate rotation off: its webhook serves on loopback with a certificate from the run's CA,
+and the webhook configurations point at that URL (`clientConfig.url`) instead of an in-cluster Service
+the apiserver could not reach without a network. The CRDs come from the module (`config/crd/bases`).
 
 `up` makes a CA, serving and client certificates and a service-account key pair (openssl), starts
 etcd and the three control-plane components on free loopback ports, then KWOK, which plays the kubelet
@@ -44,17 +51,21 @@ K8S_VERSION = "1.36.3"  # k8s.io/kubernetes v1.36.3; its staging modules are v0.
 STAGING_VERSION = "0." + K8S_VERSION.split(".", 1)[1]
 ETCD_VERSION = "3.6.16"  # go.etcd.io/etcd/server/v3
 KWOK_VERSION = "0.7.0"  # sigs.k8s.io/kwok
+LWS_VERSION = "0.9.0"  # sigs.k8s.io/lws (LeaderWorkerSet)
 GO_MIN = (1, 26)
 
 CACHE = Path(os.environ.get("AGENTSERVE_K8S_CACHE", Path.home() / ".cache" / "agentserve-k8s"))
 BUILD = CACHE / f"k8s-{K8S_VERSION}-etcd-{ETCD_VERSION}-kwok-{KWOK_VERSION}"
 BIN = BUILD / "bin"
+LWS_BUILD = CACHE / f"lws-{LWS_VERSION}"
+LWS_BIN = LWS_BUILD / "bin" / "lws-manager"
+LWS_CRDS = LWS_BUILD / "crds"
 RUN = Path(os.environ.get("AGENTSERVE_K8S_RUN", CACHE / "run"))
 
 K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 BINARIES = (*K8S_COMMANDS, "etcd", "kwok")
 # Start order; `down` stops in reverse.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws")
 
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
@@ -193,6 +204,34 @@ def build(force: bool = False) -> None:
             kwok,
         )
     log(f"built {', '.join(BINARIES)} in {time.monotonic() - started:.0f} s → {BIN}")
+    build_lws(force)
+
+
+def build_lws(force: bool = False) -> None:
+    """The LWS manager and its CRDs, from the module at LWS_VERSION (cached like the rest)."""
+    if not force and LWS_BIN.exists() and any(LWS_CRDS.glob("*.yaml")):
+        log(f"lws cached in {LWS_BUILD}")
+        return
+    go = _go()
+    started = time.monotonic()
+    work = LWS_BUILD / "src"
+    _wrapper(work, {"sigs.k8s.io/lws": LWS_VERSION}, {}, ["sigs.k8s.io/lws/cmd"])
+    _run_go(go, ["mod", "tidy"], work)
+    LWS_BIN.parent.mkdir(parents=True, exist_ok=True)
+    _run_go(go, ["build", "-trimpath", "-ldflags=-s -w", "-o", str(LWS_BIN), "sigs.k8s.io/lws/cmd"], work)
+    out = subprocess.run(
+        [go, "list", "-m", "-json", "sigs.k8s.io/lws"],
+        cwd=work,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    source = Path(json.loads(out)["Dir"]) / "config" / "crd" / "bases"
+    LWS_CRDS.mkdir(parents=True, exist_ok=True)
+    for crd in source.glob("*.yaml"):
+        shutil.copyfile(crd, LWS_CRDS / crd.name)
+    log(f"built lws {LWS_VERSION} in {time.monotonic() - started:.0f} s → {LWS_BIN}")
 
 
 # ------------------------------------------------------------------------------------------ pki
@@ -371,8 +410,11 @@ class Cluster:
             return dict(json.loads(path.read_text(encoding="utf-8")))
         ports = {
             n: free_port()
-            for n in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
-        }
+            for n in (
+                "etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok", "lws-webhook",
+                "lws-health",
+            )
+        }  # fmt: skip
         self.run.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(ports), encoding="utf-8")
         return ports
@@ -477,6 +519,13 @@ class Cluster:
                 "--node-ip=10.0.0.1",
                 "--node-lease-duration-seconds=40",
                 f"--server-address=127.0.0.1:{ports['kwok']}",
+            ]
+        if name == "lws":
+            return [
+                str(LWS_BIN),
+                f"--kubeconfig={self.run / 'kubeconfig'}",
+                f"--config={self.run / 'lws-config.yaml'}",
+                "--zap-log-level=info",
             ]
         raise ValueError(name)
 
@@ -635,11 +684,139 @@ class Cluster:
         )
         log(f"kubeconfig: {self.kubeconfig_path}")
 
+    def install_lws(self, timeout: float = 90.0) -> None:
+        """Run the LWS manager and install its CRDs and webhooks (idempotent)."""
+        if not LWS_BIN.exists():
+            raise SystemExit("k8s-local: the LWS manager is not built: run `scripts/k8s-local build`")
+        ports = self.ports()
+        if "lws-webhook" not in ports:  # a run directory made before LWS existed
+            ports = {**ports, "lws-webhook": free_port(), "lws-health": free_port()}
+            (self.run / "ports.json").write_text(json.dumps(ports), encoding="utf-8")
+        certs = self.run / "lws-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        _cert(self.pki, "lws-webhook", "/CN=lws-webhook", "IP:127.0.0.1,DNS:localhost")
+        shutil.copyfile(self.pki / "lws-webhook.crt", certs / "tls.crt")
+        shutil.copyfile(self.pki / "lws-webhook.key", certs / "tls.key")
+        # The manager's Configuration (config.lws.x-k8s.io/v1alpha1): no leader election, no internal
+        # cert rotation (our CA signs its serving certificate), webhook and probes on loopback.
+        config = {
+            "apiVersion": "config.lws.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": ports["lws-webhook"], "host": "127.0.0.1", "certDir": str(certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['lws-health']}"},
+        }
+        (self.run / "lws-config.yaml").write_text(json.dumps(config), encoding="utf-8")
+        for crd in sorted(LWS_CRDS.glob("*.yaml")):
+            self.apply_crd(crd)
+        for webhook in lws_webhooks(ports["lws-webhook"], (self.pki / "ca.crt").read_bytes()):
+            kind = webhook["kind"].lower() + "s"
+            path = f"/apis/admissionregistration.k8s.io/v1/{kind}/{webhook['metadata']['name']}"
+            self.request("PATCH", path + "?fieldManager=k8s-local&force=true", webhook, APPLY)
+        self.start("lws")
+        deadline = time.monotonic() + timeout
+        health = f"http://127.0.0.1:{ports['lws-health']}/readyz"
+        while True:
+            try:
+                with urllib.request.urlopen(health, timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.pid("lws") is None:
+                raise SystemExit(f"k8s-local: the LWS manager did not become ready (logs in {self.run / 'logs'})")
+            time.sleep(0.2)
+        log(f"lws {LWS_VERSION} running, webhook on 127.0.0.1:{ports['lws-webhook']}")
+
+    def apply_crd(self, path: Path) -> None:
+        """Apply a CRD file (YAML, one document) and wait until it is Established."""
+        obj = _yaml_document(path.read_text(encoding="utf-8"))
+        name = obj["metadata"]["name"]
+        base = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        self.request("PATCH", base + "?fieldManager=k8s-local&force=true", obj, APPLY)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            conditions = (self.request("GET", base).get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"k8s-local: CRD {name} not established in 30 s")
+
     def down(self, purge: bool = False) -> None:
         for name in reversed(COMPONENTS):
             self.stop(name)
         if purge:
             shutil.rmtree(self.run, ignore_errors=True)
+
+
+APPLY = "application/apply-patch+yaml"
+
+# LWS's webhooks (config/webhook/manifests.yaml and its patches at LWS_VERSION): name, path, kind,
+# resources, operations; the pod webhooks only see pods labelled leaderworkerset.sigs.k8s.io/name.
+_LWS_WEBHOOKS: tuple[tuple[str, str, str, str, str, tuple[str, ...], bool], ...] = (
+    ("mleaderworkerset.kb.io", "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset", "Mutating",
+     "leaderworkerset.x-k8s.io", "leaderworkersets", ("CREATE", "UPDATE"), False),
+    ("mpod.kb.io", "/mutate--v1-pod", "Mutating", "", "pods", ("CREATE",), True),
+    ("vleaderworkerset.kb.io", "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset", "Validating",
+     "leaderworkerset.x-k8s.io", "leaderworkersets", ("CREATE", "UPDATE"), False),
+    ("vpod.kb.io", "/validate--v1-pod", "Validating", "", "pods", ("CREATE", "UPDATE"), True),
+    ("vdisaggregatedset.kb.io", "/validate-disaggregatedset-x-k8s-io-v1-disaggregatedset", "Validating",
+     "disaggregatedset.x-k8s.io", "disaggregatedsets", ("CREATE", "UPDATE"), False),
+)  # fmt: skip
+
+
+def lws_webhooks(port: int, ca: bytes) -> list[dict[str, Any]]:
+    """The Mutating/ValidatingWebhookConfigurations of LWS, pointed at its loopback webhook server."""
+    import base64
+
+    bundle = base64.b64encode(ca).decode()
+    out: list[dict[str, Any]] = []
+    for kind in ("Mutating", "Validating"):
+        hooks = []
+        for name, path, hook_kind, group, resource, operations, pods_only in _LWS_WEBHOOKS:
+            if hook_kind != kind:
+                continue
+            hook: dict[str, Any] = {
+                "name": name,
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "rules": [
+                    {
+                        "apiGroups": [group],
+                        "apiVersions": ["v1"],
+                        "operations": list(operations),
+                        "resources": [resource],
+                    }
+                ],
+            }
+            if pods_only:
+                hook["objectSelector"] = {
+                    "matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]
+                }
+            hooks.append(hook)
+        out.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": f"{kind}WebhookConfiguration",
+                "metadata": {"name": f"lws-{kind.lower()}-webhook-configuration"},
+                "webhooks": hooks,
+            }
+        )
+    return out
+
+
+def _yaml_document(text: str) -> dict[str, Any]:
+    """One YAML document (a CRD file). PyYAML, imported here: only `lws` parses YAML, and it runs from
+    the project's environment (tests, scripts/test), unlike `build` and `up`."""
+    import yaml
+
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    return data
 
 
 def _reap() -> None:
@@ -663,6 +840,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-nodes", type=int, default=3, help="CPU-only nodes")
     p = sub.add_parser("down", help="stop everything")
     p.add_argument("--purge", action="store_true", help="also delete certificates and etcd data")
+    sub.add_parser("lws", help="run the LeaderWorkerSet controller; install its CRDs and webhooks")
     sub.add_parser("env", help="print `export KUBECONFIG=...`")
     sub.add_parser("status", help="which components run")
     args = parser.parse_args(argv)
@@ -674,6 +852,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export KUBECONFIG={cluster.kubeconfig_path}")
     elif args.command == "down":
         cluster.down(purge=args.purge)
+    elif args.command == "lws":
+        cluster.install_lws()
     elif args.command == "env":
         print(f"export KUBECONFIG={cluster.kubeconfig_path}")
     elif args.command == "status":

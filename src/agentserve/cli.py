@@ -301,6 +301,12 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mpi(role: str, args: argparse.Namespace) -> int:
+    from agentserve.worker import mpi
+
+    return mpi.launch(args.config) if role == "launch" else mpi.follower(args.port)
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     from agentserve.profiler.command import run
 
@@ -473,6 +479,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_flags(p, RouterConfig)
     p.set_defaults(handler=_cmd_component)
+
+    p = sub.add_parser(
+        "mpi-launch",
+        help="on the leader of a worker spanning nodes: wait for the followers, then mpirun the worker",
+        description="Reads the LeaderWorkerSet group (LWS_LEADER_ADDRESS, LWS_GROUP_SIZE), waits until "
+        "every follower's sshd answers, then execs `mpirun … trtllm-llmapi-launch agentserve worker "
+        "--config FILE` (docs/kubernetes.md, Workers spanning nodes).",
+    )
+    p.add_argument("--config", required=True, help="the worker's configuration file")
+    p.set_defaults(handler=lambda a: _mpi("launch", a))
+    p = sub.add_parser(
+        "mpi-follower",
+        help="on a follower of a worker spanning nodes: run sshd for the leader's mpirun",
+        description="Runs a non-root sshd on the deployment's key so the group leader's mpirun can "
+        "start this node's ranks.",
+    )
+    p.add_argument("--port", type=int, default=2222, help="sshd port (default 2222)")
+    p.set_defaults(handler=lambda a: _mpi("follower", a))
 
     from agentserve.config import PlannerServiceConfig
 

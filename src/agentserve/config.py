@@ -339,7 +339,11 @@ class WorkerConfig(_Config):
     family: str | None = Field(None, description="model family of the raw output format")
     block_size: int = Field(32, ge=1, description="tokens per KV block")
     hash_seed: int = Field(0, ge=0, description="seed of the chained block hashes")
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per model replica (trtllm)")
+    tensor_parallel_size: int = Field(1, ge=1, description="tensor parallel size (trtllm)")
+    pipeline_parallel_size: int = Field(1, ge=1, description="pipeline parallel size (trtllm)")
+    gpus_per_node: int | None = Field(
+        None, ge=1, description="GPUs of one node, for a replica spanning nodes (trtllm; default: auto)"
+    )
     free_gpu_memory_fraction: float = Field(0.9, gt=0, le=1, description="GPU memory share for KV cache")
     enable_block_reuse: bool = Field(True, description="reuse KV blocks across requests (prefix cache)")
     extra_llm_api_options: str | None = Field(None, description="YAML of extra TensorRT-LLM LLM() options")

@@ -170,6 +170,7 @@ _PLURAL = {
     "NetworkPolicy": "networkpolicies",
     "ServiceMonitor": "servicemonitors",
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
+    "LeaderWorkerSet": "leaderworkersets",
 }
 
 

@@ -87,6 +87,10 @@ permission it grants in the router's Role (endpointslices), or the apiserver ref
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "patch"]
+# Workers spanning nodes (workers.nodesPerWorker > 1): one LeaderWorkerSet per deployment.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
 # The frontend's HorizontalPodAutoscaler (spec.frontend.autoscaling).
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]

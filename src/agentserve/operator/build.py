@@ -71,6 +71,12 @@ LLM_API_OPTIONS_KEY = "llm-api-options.yaml"
 INLINE_TEMPLATE_KEY = "chat-template.jinja"
 RUN_AS = 1000
 
+# LeaderWorkerSet (sigs.k8s.io/lws v0.9.0: api/leaderworkerset/v1): workers spanning nodes.
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_KIND = "LeaderWorkerSet"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # set on each pod; 0: the leader
+LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+
 IMAGE_REPOSITORY = "ghcr.io/agentserve"
 MANAGED_BY = "agentserve-operator"
 CONFIG_HASH_ANNOTATION = "agentserve.dev/config-hash"
@@ -93,6 +99,13 @@ class Target:
 
     def child(self, component: Part) -> str:
         return f"{self.name}-{component}"
+
+    @property
+    def worker_group(self) -> str:
+        """The LeaderWorkerSet of workers spanning nodes. Not NAME-worker: LWS makes a headless Service
+        of its own name for the pods' DNS, and NAME-worker is ours (leaders only, for the router).
+        Short, because a StatefulSet name + "-" + group index must stay within 52 characters."""
+        return f"{self.name}-lws"
 
     @property
     def config_map(self) -> str:
@@ -437,6 +450,19 @@ MAPPINGS: tuple[Mapping, ...] = (
         _s(lambda s: s.workers.tensor_parallel_size),
     ),
     Mapping(
+        "workers.pipelineParallelSize",
+        "worker",
+        "pipeline_parallel_size",
+        _s(lambda s: s.workers.pipeline_parallel_size),
+    ),
+    Mapping(
+        "nodePool.gpusPerNode",
+        "worker",
+        "gpus_per_node",
+        _s(lambda s: s.node_pool.gpus_per_node if s.resolved_nodes_per_worker() > 1 else None),
+        "set for workers spanning nodes",
+    ),
+    Mapping(
         "workers.kvCache.enableBlockReuse",
         "worker",
         "enable_block_reuse",
@@ -707,9 +733,11 @@ def owned_selector(name: str) -> str:
     return f"{L_INSTANCE}={name},{L_MANAGED_BY}={MANAGED_BY}"
 
 
-def worker_selector(name: str) -> str:
-    """Label selector of the worker pods (the scale subresource's `status.selector`)."""
-    return f"{L_NAME}=agentserve,{L_INSTANCE}={name},{L_COMPONENT}=worker"
+def worker_selector(name: str, groups: bool = False) -> str:
+    """Label selector of the worker pods (the scale subresource's `status.selector`): with workers
+    spanning nodes, of the groups' leaders (one pod per worker, as an HPA must count them)."""
+    leaders = f",{LWS_WORKER_INDEX}=0" if groups else ""
+    return f"{L_NAME}=agentserve,{L_INSTANCE}={name},{L_COMPONENT}=worker{leaders}"
 
 
 def object_meta(target: Target, name: str, component: Part | None = None) -> dict[str, Any]:
@@ -1049,7 +1077,10 @@ def _service(spec: AgentServingDeploymentSpec, target: Target, component: Compon
         body["sessionAffinity"] = "ClientIP"
         body["ports"] = [{"name": "http", "port": PORTS["router"], "targetPort": "http", "protocol": "TCP"}]
     else:
-        # Headless: the router discovers worker pods from this Service's EndpointSlices.
+        # Headless: the router discovers worker pods from this Service's EndpointSlices (with workers
+        # spanning nodes, the groups' leaders: one endpoint per worker).
+        if spans_nodes(spec):
+            body["selector"] = {**body["selector"], LWS_WORKER_INDEX: "0"}
         body["clusterIP"] = "None"
         body["publishNotReadyAddresses"] = False
         body["ports"] = [
@@ -1059,12 +1090,64 @@ def _service(spec: AgentServingDeploymentSpec, target: Target, component: Compon
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": body}
 
 
-def _pdb(target: Target, component: Component) -> dict[str, Any]:
+def _pdb(spec: AgentServingDeploymentSpec, target: Target, component: Component) -> dict[str, Any]:
+    # A group of a worker spanning nodes is one worker: a voluntary disruption may take a whole
+    # group (its pods restart together anyway), not one pod of each of several.
+    unavailable = spec.resolved_nodes_per_worker() if component == "worker" else 1
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": object_meta(target, target.child(component), component),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(target, component)}},
+        "spec": {
+            "maxUnavailable": unavailable,
+            "selector": {"matchLabels": selector_labels(target, component)},
+        },
+    }
+
+
+def spans_nodes(spec: AgentServingDeploymentSpec) -> bool:
+    return spec.resolved_nodes_per_worker() > 1
+
+
+def _worker_workload(
+    spec: AgentServingDeploymentSpec, target: Target, files: dict[str, str]
+) -> dict[str, Any]:
+    """The worker Deployment, or for workers spanning nodes a LeaderWorkerSet: one group per worker,
+    a leader pod (the worker the router sees, readiness on it alone) and followers running the
+    other ranks, one pod per node, scheduled, restarted and rolled as a group."""
+    deployment = _deployment(spec, target, "worker", files)
+    if not spans_nodes(spec):
+        return deployment
+    from agentserve.operator.multinode import follower_pod, leader_pod
+
+    nodes = spec.resolved_nodes_per_worker()
+    template = deployment["spec"]["template"]
+    meta = object_meta(target, target.worker_group, "worker")
+    if spec.node_pool.topology_key:
+        # One group per domain (rack / NVLink domain): the LWS pod webhook adds the affinities.
+        meta["annotations"] = {LWS_EXCLUSIVE_TOPOLOGY: spec.node_pool.topology_key}
+    surge = 1 if spec.workers.update_strategy == "surge" else 0
+    return {
+        "apiVersion": LWS_API_VERSION,
+        "kind": LWS_KIND,
+        "metadata": meta,
+        "spec": {
+            "replicas": spec.workers.replicas,
+            # LeaderCreated, not LeaderReady: the leader is ready only once the ranks on its followers
+            # have loaded the model, so followers waiting for a ready leader would never start.
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": surge},
+            },
+            "networkConfig": {"subdomainPolicy": "Shared"},
+            "leaderWorkerTemplate": {
+                "size": nodes,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader_pod(spec, target, template),
+                "workerTemplate": follower_pod(spec, target, template),
+            },
+        },
     }
 
 
@@ -1404,8 +1487,9 @@ def build(
     )
     objects += _state_objects(spec, target)
     objects += [_service(spec, target, c) for c in COMPONENTS]
-    objects += [_deployment(spec, target, c, files) for c in COMPONENTS]
-    objects += [_pdb(target, c) for c in COMPONENTS]
+    objects += [_deployment(spec, target, c, files) for c in COMPONENTS if c != "worker"]
+    objects.append(_worker_workload(spec, target, files))
+    objects += [_pdb(spec, target, c) for c in COMPONENTS]
     if spec.autoscaling is not None:
         objects += _planner_objects(spec, target, files)
     if spec.frontend.autoscaling is not None:
@@ -1430,4 +1514,8 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    (LWS_API_VERSION, LWS_KIND),
 )
+# Kinds a deployment cannot run without when it needs them: if one is not installed, nothing is
+# applied (a half-applied deployment would serve nothing and hold resources).
+REQUIRED_KINDS: frozenset[tuple[str, str]] = frozenset({(LWS_API_VERSION, LWS_KIND)})

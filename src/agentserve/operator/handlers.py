@@ -42,21 +42,27 @@ from agentserve.operator.build import (
     CHILD_KINDS,
     L_INSTANCE,
     L_MANAGED_BY,
+    LWS_API_VERSION,
+    LWS_KIND,
     MANAGED_BY,
+    REQUIRED_KINDS,
     Target,
     build,
     owned_selector,
+    spans_nodes,
 )
 from agentserve.operator.cluster import Cluster, ClusterError, KindNotInstalled, KubeCluster
 from agentserve.operator.events import event_object, outcome_notes
 from agentserve.operator.manifests import ManifestError, parse_spec
 from agentserve.operator.metrics import OperatorMetrics
+from agentserve.operator.multinode import ssh_secret_to_create
 from agentserve.operator.reconcile import (
     SIGNING_FINGERPRINT_ANNOTATION,
     Failure,
     ObjectRef,
     Plan,
     compute_status,
+    group_as_deployment,
     is_subset,
     plan,
     ref,
@@ -89,16 +95,34 @@ def _owned_by(obj: Mapping[str, Any], uid: str | None) -> bool:
     return uid is not None and any(r.get("uid") == uid and r.get("controller") for r in refs)
 
 
-def observed_children(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
-    """Every object of a child kind labelled as this CR's; kinds the cluster lacks are skipped."""
+def observed_children(
+    cluster: Cluster, namespace: str, name: str, missing: set[tuple[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """Every object of a child kind labelled as this CR's; kinds the cluster lacks are skipped (and
+    added to `missing`)."""
     selector = owned_selector(name)
     objects: list[dict[str, Any]] = []
     for api_version, kind in CHILD_KINDS:
         try:
             objects += cluster.list(api_version, kind, namespace, selector)
         except KindNotInstalled:
+            if missing is not None:
+                missing.add((api_version, kind))
             continue
     return objects
+
+
+def _not_installed(desired: list[dict[str, Any]], missing: set[tuple[str, str]]) -> Failure | None:
+    """A required kind the spec needs and the cluster lacks: refuse the whole apply (nothing partial)."""
+    absent = sorted({(o["apiVersion"], o["kind"]) for o in desired} & missing & REQUIRED_KINDS)
+    if not absent:
+        return None
+    api_version, kind = absent[0]
+    return Failure(
+        f"{kind}NotInstalled",
+        f"{kind} ({api_version}) is not installed in this cluster; workers.nodesPerWorker > 1 needs it: "
+        "install LeaderWorkerSet (sigs.k8s.io/lws, docs/kubernetes.md) — nothing was applied",
+    )
 
 
 def new_signing_key() -> bytes:
@@ -130,20 +154,27 @@ def sync(
     if spec is not None:
         try:
             desired = build(spec, target.name, target.namespace, target.uid)
-            # Before the Deployments: new frontend pods wait for the Secret they mount.
-            secret = signing_secret_to_create(spec, target, new_key)
-            if secret is not None and _create(cluster, secret, "the frontends' signing key"):
-                created.append(
-                    (ref(secret), secret["metadata"]["annotations"][SIGNING_FINGERPRINT_ANNOTATION])
-                )
-            observed = observed_children(cluster, target.namespace, target.name)
-            actions = plan(desired, observed)
-            # Only prune what this CR controls: a labelled object someone else made is left alone.
-            actions.delete = [r for r in actions.delete if _owned_by(_find(observed, r), target.uid)]
-            for obj in actions.apply:
-                cluster.apply(obj)
-            for child in actions.delete:
-                cluster.delete(child)
+            missing: set[tuple[str, str]] = set()
+            observed = observed_children(cluster, target.namespace, target.name, missing)
+            failure = _not_installed(desired, missing)
+            if failure is None:
+                # Before the Deployments: new frontend pods wait for the Secret they mount.
+                secret = signing_secret_to_create(spec, target, new_key)
+                if secret is not None and _create(cluster, secret, "the frontends' signing key"):
+                    created.append(
+                        (ref(secret), secret["metadata"]["annotations"][SIGNING_FINGERPRINT_ANNOTATION])
+                    )
+                if spans_nodes(spec):  # the MPI key of the groups' ranks, made once like the signing key
+                    ssh = ssh_secret_to_create(target, new_key)
+                    if _create(cluster, ssh, "the worker groups' MPI SSH key"):
+                        created.append((ref(ssh), "ed25519"))
+                actions = plan(desired, observed)
+                # Only prune what this CR controls: a labelled object someone else made is left alone.
+                actions.delete = [r for r in actions.delete if _owned_by(_find(observed, r), target.uid)]
+                for obj in actions.apply:
+                    cluster.apply(obj)
+                for child in actions.delete:
+                    cluster.delete(child)
         except KindNotInstalled as exc:
             failure = Failure("ReconcileError", f"{exc}: install its CRD or disable the feature using it")
         except ClusterError as exc:
@@ -151,6 +182,7 @@ def sync(
 
     try:
         deployments = cluster.list("apps/v1", "Deployment", target.namespace, owned_selector(target.name))
+        deployments += [group_as_deployment(g) for g in _groups(cluster, target)]
         pods = cluster.list("v1", "Pod", target.namespace, owned_selector(target.name))
     except ClusterError as exc:
         deployments, pods = [], []
@@ -166,6 +198,14 @@ def sync(
         now=now or datetime.now(UTC),
     )
     return SyncResult(status, actions, failure, created)
+
+
+def _groups(cluster: Cluster, target: Target) -> list[dict[str, Any]]:
+    """The CR's LeaderWorkerSets (none where the kind is not installed)."""
+    try:
+        return cluster.list(LWS_API_VERSION, LWS_KIND, target.namespace, owned_selector(target.name))
+    except KindNotInstalled:
+        return []
 
 
 def _create(cluster: Cluster, obj: dict[str, Any], what: str) -> bool:

@@ -27,6 +27,7 @@ from agentserve.operator.build import (
     object_meta,
     resolved_family,
     signing_key_source,
+    spans_nodes,
     worker_selector,
 )
 from agentserve.operator.spec import AUTOSCALING_CONDITION, GROUP, AgentServingDeploymentSpec
@@ -234,6 +235,28 @@ def component_verdict(deployment: Mapping[str, Any] | None, pods: list[Mapping[s
     return Verdict(False, "PodsNotReady", f"{ready}/{desired} pods ready")
 
 
+def group_as_deployment(group: Mapping[str, Any]) -> dict[str, Any]:
+    """A LeaderWorkerSet's counts in a Deployment's shape (a group is one replica), for the worker
+    verdict. Its conditions are not carried: an LWS says Progressing=False once it has settled, where
+    a Deployment means its rollout is stuck."""
+    meta = group.get("metadata") or {}
+    status = group.get("status") or {}
+    ready = int(status.get("readyReplicas") or 0)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {k: meta[k] for k in ("name", "labels", "generation") if k in meta},
+        "spec": {"replicas": int((group.get("spec") or {}).get("replicas", 1))},
+        "status": {
+            "replicas": int(status.get("replicas") or 0),
+            "readyReplicas": ready,
+            "updatedReplicas": int(status.get("updatedReplicas") or 0),
+            "availableReplicas": ready,
+            "observedGeneration": int(status.get("observedGeneration") or 0),
+        },
+    }
+
+
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
@@ -302,7 +325,9 @@ def compute_status(
     by_component: dict[str, Mapping[str, Any]] = {}
     for deployment in deployments:
         component = ((deployment.get("metadata") or {}).get("labels") or {}).get(L_COMPONENT)
-        if component in COMPONENTS and deployment["metadata"]["name"] == target.child(component):
+        name = deployment["metadata"]["name"]
+        # Workers spanning nodes are a LeaderWorkerSet (`group_as_deployment`) of another name.
+        if component in COMPONENTS and (name == target.child(component) or name == target.worker_group):
             by_component[component] = deployment
     pods_of: dict[str, list[Mapping[str, Any]]] = {c: [] for c in COMPONENTS}
     for pod in pods:
@@ -333,7 +358,7 @@ def compute_status(
     workers = status["workers"]
     worker_deployment = by_component.get("worker") or {}
     status["replicas"] = int((worker_deployment.get("status") or {}).get("replicas") or 0)
-    status["selector"] = worker_selector(target.name)
+    status["selector"] = worker_selector(target.name, groups=spec is not None and spans_nodes(spec))
     status["workersReady"] = f"{workers['readyReplicas']}/{workers['replicas']}"
     status["endpoint"] = target.frontend_url
     if spec is not None:

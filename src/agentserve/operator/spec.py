@@ -504,9 +504,23 @@ class WorkersSpec(ComponentSpec):
         "trtllm", description="trtllm: TensorRT-LLM on GPUs; sim: simulated engine, no GPU"
     )
     gpus_per_worker: int | None = Field(
-        None, ge=0, le=8, description="GPUs per worker pod (default: tensorParallelSize; sim: 0)"
+        None,
+        ge=0,
+        le=8,
+        description="GPUs per worker pod (default: tensorParallelSize × pipelineParallelSize on one node, "
+        "nodePool.gpusPerNode when a worker spans nodes; sim: 0)",
     )
-    tensor_parallel_size: int = Field(1, ge=1, le=8, description="tensor parallel size (GPUs per replica)")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="tensor parallel size")
+    pipeline_parallel_size: int = Field(
+        1, ge=1, le=16, description="pipeline parallel size (a replica's GPUs: tensor × pipeline)"
+    )
+    nodes_per_worker: int | None = Field(
+        None,
+        ge=1,
+        le=16,
+        description="nodes one model replica spans (default: tensor × pipeline ÷ nodePool.gpusPerNode, "
+        "rounded up); above 1 the replica is a LeaderWorkerSet group of that many pods, one per node",
+    )
     kv_cache: KvCacheSpec = Field(KvCacheSpec.model_validate({}), description="KV cache")
     llm_api_options: LlmApiOptions | None = Field(
         None,
@@ -547,16 +561,29 @@ class WorkersSpec(ComponentSpec):
             lambda s: s.engine != "sim" or (s.tensor_parallel_size == 1 and not s.gpus_per_worker),
         ),
         Rule(
+            "!has(self.engine) || self.engine != 'sim' || "
+            "((!has(self.pipelineParallelSize) || self.pipelineParallelSize == 1) && "
+            "(!has(self.nodesPerWorker) || self.nodesPerWorker == 1))",
+            "the sim engine runs in one pod: leave pipelineParallelSize and nodesPerWorker at 1",
+            lambda s: s.engine != "sim" or (s.pipeline_parallel_size == 1 and (s.nodes_per_worker or 1) == 1),
+        ),
+        Rule(
             "(has(self.engine) && self.engine == 'sim') || !has(self.sim)",
             "workers.sim configures the simulated engine: set engine: sim, or remove sim",
             lambda s: s.engine == "sim" or s.sim is None,
         ),
         Rule(
             "(has(self.engine) && self.engine == 'sim') || !has(self.gpusPerWorker) || "
-            "self.gpusPerWorker >= (has(self.tensorParallelSize) ? self.tensorParallelSize : 1)",
-            "gpusPerWorker must be at least tensorParallelSize",
+            "(has(self.nodesPerWorker) && self.nodesPerWorker > 1) || "
+            "self.gpusPerWorker >= (has(self.tensorParallelSize) ? self.tensorParallelSize : 1) * "
+            "(has(self.pipelineParallelSize) ? self.pipelineParallelSize : 1)",
+            "gpusPerWorker must be at least tensorParallelSize × pipelineParallelSize (or set nodesPerWorker "
+            "to spread the replica over nodes)",
             lambda s: (
-                s.engine == "sim" or s.gpus_per_worker is None or s.gpus_per_worker >= s.tensor_parallel_size
+                s.engine == "sim"
+                or s.gpus_per_worker is None
+                or (s.nodes_per_worker or 1) > 1
+                or s.gpus_per_worker >= s.tensor_parallel_size * s.pipeline_parallel_size
             ),
         ),
     )
@@ -589,7 +616,11 @@ def _unknown_option_message(unknown: list[str]) -> str:
     )
 
 
-_SHADOWED_OPTIONS = {"tensor_parallel_size": "tensorParallelSize"}
+_SHADOWED_OPTIONS = {
+    "tensor_parallel_size": "tensorParallelSize",
+    "pipeline_parallel_size": "pipelineParallelSize",
+    "gpus_per_node": "nodePool.gpusPerNode",
+}
 _SHADOWED_KV_OPTIONS = {
     "enable_block_reuse": "enableBlockReuse",
     "tokens_per_block": "tokensPerBlock",
@@ -664,6 +695,14 @@ class NodePool(_Spec):
     affinity: FreeForm | None = Field(None, description="affinity of worker pods")
     gpu_resource: str = Field(
         GPU_RESOURCE, max_length=253, pattern=LABEL_KEY, description="extended resource name of a GPU"
+    )
+    gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs of one node of the pool (HGX B200: 8)")
+    topology_key: str | None = Field(
+        None,
+        max_length=253,
+        pattern=LABEL_KEY,
+        description="node label of the domain a multi-node worker's group must fill alone (its rack or "
+        "NVLink domain; LeaderWorkerSet exclusive-topology); unset: groups are placed node by node",
     )
 
 
@@ -785,6 +824,21 @@ class NetworkPolicySpec(_Spec):
 # ---------------------------------------------------------------------------------------------- spec
 
 
+# A replica's GPUs and the nodes it spans, in CEL (defaults written out: CEL sees unset fields).
+_GPUS_CEL = (
+    "((has(self.workers) && has(self.workers.tensorParallelSize) ? self.workers.tensorParallelSize : 1) * "
+    "(has(self.workers) && has(self.workers.pipelineParallelSize) ? self.workers.pipelineParallelSize : 1))"
+)
+_GPN_CEL = "(has(self.nodePool) && has(self.nodePool.gpusPerNode) ? self.nodePool.gpusPerNode : 8)"
+
+
+def _nodes_fit(gpus: int, nodes: int, per_node: int) -> bool:
+    """`nodes` nodes of `per_node` GPUs hold a replica of `gpus` GPUs evenly, and no fewer would."""
+    if nodes == 1:
+        return gpus <= per_node
+    return gpus % nodes == 0 and gpus // nodes <= per_node and gpus > (nodes - 1) * per_node
+
+
 def _kv_policy_without_reuse(spec: AgentServingDeploymentSpec) -> bool:
     return spec.router.policy == "kv" and not spec.workers.kv_cache.enable_block_reuse
 
@@ -848,6 +902,40 @@ class AgentServingDeploymentSpec(_Spec):
             lambda s: (s.frontend.processes or 1) <= 1 or s.state.shared,
         ),
         Rule(
+            "!(has(self.workers) && has(self.workers.nodesPerWorker)) || "
+            f"(self.workers.nodesPerWorker == 1 ? {_GPUS_CEL} <= {_GPN_CEL} : "
+            f"({_GPUS_CEL} % self.workers.nodesPerWorker == 0 && "
+            f"{_GPUS_CEL} / self.workers.nodesPerWorker <= {_GPN_CEL} && "
+            f"{_GPUS_CEL} > (self.workers.nodesPerWorker - 1) * {_GPN_CEL}))",
+            "workers.nodesPerWorker must be the nodes tensorParallelSize × pipelineParallelSize GPUs fill "
+            "evenly: ceil(GPUs ÷ nodePool.gpusPerNode), with the GPUs divisible by it",
+            lambda s: (
+                s.workers.nodes_per_worker is None
+                or _nodes_fit(
+                    s.workers.tensor_parallel_size * s.workers.pipeline_parallel_size,
+                    s.workers.nodes_per_worker,
+                    s.node_pool.gpus_per_node,
+                )
+            ),
+            detail=lambda s: (
+                f"workers.nodesPerWorker {s.workers.nodes_per_worker} does not fit "
+                f"{s.workers.tensor_parallel_size * s.workers.pipeline_parallel_size} GPUs on nodes of "
+                f"{s.node_pool.gpus_per_node}: use {s.derived_nodes_per_worker()} (with GPUs divisible by it)"
+            ),
+        ),
+        Rule(
+            "(has(self.workers) && has(self.workers.nodesPerWorker)) || "
+            f"{_GPUS_CEL} <= {_GPN_CEL} || {_GPUS_CEL} % {_GPN_CEL} == 0",
+            "tensorParallelSize × pipelineParallelSize exceeds one node and is not a multiple of "
+            "nodePool.gpusPerNode: set workers.nodesPerWorker",
+            lambda s: (
+                s.workers.nodes_per_worker is not None
+                or (gpus := s.workers.tensor_parallel_size * s.workers.pipeline_parallel_size)
+                <= s.node_pool.gpus_per_node
+                or gpus % s.node_pool.gpus_per_node == 0
+            ),
+        ),
+        Rule(
             "!has(self.frontend) || !has(self.frontend.autoscaling) || "
             "self.frontend.autoscaling.maxReplicas <= 1 || "
             "(has(self.state) && (has(self.state.urlSecret) || has(self.state.managed)))",
@@ -859,12 +947,28 @@ class AgentServingDeploymentSpec(_Spec):
         ),
     )
 
+    def replica_gpus(self) -> int:
+        """GPUs of one model replica: tensor × pipeline parallel size."""
+        return self.workers.tensor_parallel_size * self.workers.pipeline_parallel_size
+
+    def derived_nodes_per_worker(self) -> int:
+        return max(1, -(-self.replica_gpus() // self.node_pool.gpus_per_node))
+
+    def resolved_nodes_per_worker(self) -> int:
+        """Nodes (pods) one replica spans: the spec's, else derived from its GPUs and the pool's nodes."""
+        if self.workers.engine == "sim":
+            return 1
+        if self.workers.nodes_per_worker is not None:
+            return self.workers.nodes_per_worker
+        return self.derived_nodes_per_worker()
+
     def resolved_gpus_per_worker(self) -> int:
+        """GPUs per worker pod (for a multi-node replica: per pod of its group)."""
         if self.workers.engine == "sim":
             return 0
         if self.workers.gpus_per_worker is not None:
             return self.workers.gpus_per_worker
-        return self.workers.tensor_parallel_size
+        return self.replica_gpus() // self.resolved_nodes_per_worker()
 
 
 # Rules on the whole object (metadata is visible to CEL only at the root).

@@ -189,6 +189,14 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"workers": {"tensorParallelSize": 4}},
         {("worker", "tensor_parallel_size"): 4},
     ),
+    "workers.pipelineParallelSize": (
+        {"workers": {"pipelineParallelSize": 2}},
+        {("worker", "pipeline_parallel_size"): 2},
+    ),
+    "nodePool.gpusPerNode": (
+        {"workers": {"tensorParallelSize": 8, "pipelineParallelSize": 2}, "nodePool": {"gpusPerNode": 8}},
+        {("worker", "gpus_per_node"): 8},
+    ),
     "workers.kvCache.enableBlockReuse": (
         {"router": {"policy": "round-robin"}, "workers": {"kvCache": {"enableBlockReuse": False}}},
         {("worker", "enable_block_reuse"): False},
@@ -332,6 +340,7 @@ OBJECT_LEVEL = {
     "workers.shmSize",
     "workers.startupTimeoutSeconds",
     "workers.updateStrategy",
+    "workers.nodesPerWorker",  # a LeaderWorkerSet of that group size (test_operator_multinode.py)
     "workers.cache",
     "nodePool",
     "observability.serviceMonitor",

@@ -161,7 +161,7 @@ def test_committed_chart_crd_template_matches_the_model() -> None:
 
 def test_schema_accepts_valid_and_rejects_invalid_documents() -> None:
     assert crd_schema_errors(asd(MINIMAL)) == []
-    bad = asd({**MINIMAL, "workers": {"tensorParallelSize": 16, "engine": "vllm", "replicas": "two"}})
+    bad = asd({**MINIMAL, "workers": {"tensorParallelSize": 128, "engine": "vllm", "replicas": "two"}})
     errors = "\n".join(crd_schema_errors(bad))
     assert "tensorParallelSize" in errors and "engine" in errors and "replicas" in errors
     unknown = asd({**MINIMAL, "workers": {"tensorParalelSize": 2}})
@@ -302,6 +302,28 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("spec", {**MINIMAL, "frontend": {"replicas": 3}, "state": {"responseTtlSeconds": 60}}, False),
     ("spec.state", {**MINIMAL, "state": {"managed": {}, "urlSecret": {"name": "r"}}}, False),
     ("spec.state", {**MINIMAL, "state": {"managed": {"storage": "1Gi"}}}, True),
+    ("spec", {**MINIMAL, "workers": {"tensorParallelSize": 16}}, True),
+    ("spec", {**MINIMAL, "workers": {"tensorParallelSize": 12}}, False),
+    ("spec", {**MINIMAL, "workers": {"tensorParallelSize": 16, "nodesPerWorker": 2}}, True),
+    ("spec", {**MINIMAL, "workers": {"tensorParallelSize": 16, "nodesPerWorker": 3}}, False),
+    ("spec", {**MINIMAL, "workers": {"tensorParallelSize": 16, "nodesPerWorker": 4}}, False),
+    ("spec", {**MINIMAL, "workers": {"tensorParallelSize": 4, "nodesPerWorker": 1}}, True),
+    ("spec", {**MINIMAL, "workers": {"tensorParallelSize": 16, "nodesPerWorker": 1}}, False),
+    (
+        "spec",
+        {
+            **MINIMAL,
+            "workers": {"tensorParallelSize": 8, "pipelineParallelSize": 2},
+            "nodePool": {"gpusPerNode": 4},
+        },
+        True,
+    ),
+    ("spec.workers", {"model": {"name": "m"}, "workers": {"engine": "sim", "nodesPerWorker": 2}}, False),
+    (
+        "spec.workers",
+        {"model": {"name": "m"}, "workers": {"engine": "sim", "pipelineParallelSize": 2}},
+        False,
+    ),
     ("spec.autoscaling", {**MINIMAL, "autoscaling": {"maxWorkers": 4}}, True),
     ("spec.autoscaling", {**MINIMAL, "autoscaling": {"minWorkers": 4, "maxWorkers": 4}}, True),
     ("spec.autoscaling", {**MINIMAL, "autoscaling": {"minWorkers": 5, "maxWorkers": 4}}, False),

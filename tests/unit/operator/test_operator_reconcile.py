@@ -358,7 +358,7 @@ def test_disabled_feature_is_pruned_but_foreign_objects_are_left_alone() -> None
 
 def test_invalid_spec_is_a_condition_not_an_exception() -> None:
     cluster = FakeCluster()
-    result = sync(cluster, cr({"model": {"name": "m"}, "workers": {"tensorParallelSize": 64}}), NOW)
+    result = sync(cluster, cr({"model": {"name": "m"}, "workers": {"tensorParallelSize": 128}}), NOW)
     assert cluster.applied == []
     ready = conditions(result.status)["Ready"]
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"

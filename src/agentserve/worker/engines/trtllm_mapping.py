@@ -80,6 +80,7 @@ def llm_kwargs(config: WorkerConfig, extra: Mapping[str, Any] | None = None) -> 
     base: dict[str, Any] = {
         "model": config.model_path or config.model,
         "tensor_parallel_size": config.tensor_parallel_size,
+        "pipeline_parallel_size": config.pipeline_parallel_size,
         "max_batch_size": config.max_batch_size,
         "max_num_tokens": config.max_num_tokens,
         "enable_chunked_prefill": config.enable_chunked_prefill,
@@ -91,6 +92,8 @@ def llm_kwargs(config: WorkerConfig, extra: Mapping[str, Any] | None = None) -> 
             "event_buffer_max_size": DEFAULT_EVENT_BUFFER_MAX_SIZE,
         },
     }
+    if config.gpus_per_node is not None:  # a replica spanning nodes (LLM(gpus_per_node=…))
+        base["gpus_per_node"] = config.gpus_per_node
     if config.max_seq_len is not None:  # the deployment's model.contextLength
         base["max_seq_len"] = config.max_seq_len
     if config.host_cache_size:

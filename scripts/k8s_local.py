@@ -42,6 +42,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,7 +307,12 @@ def token_kubeconfig(server: str, ca: Path, token: str, namespace: str = "defaul
 # ------------------------------------------------------------------------------------------ nodes
 
 
-def b200_node(name: str, zone: str) -> dict[str, Any]:
+# NVIDIA Topograph's node label of the leaf (top-of-rack) switch: the domain a worker spanning nodes
+# fills (nodePool.topologyKey); two B200 nodes per leaf here.
+LEAF_LABEL = "network.topology.nvidia.com/leaf"
+
+
+def b200_node(name: str, zone: str, leaf: str = "leaf-0") -> dict[str, Any]:
     """An HGX B200 node: 8 GPUs, 224 vCPUs, 2 TiB, tainted so only GPU pods land there."""
     return _node(
         name,
@@ -316,6 +322,7 @@ def b200_node(name: str, zone: str) -> dict[str, Any]:
             "nvidia.com/gpu.memory": "183359",
             "node.kubernetes.io/instance-type": "hgx-b200-8",
             "topology.kubernetes.io/zone": zone,
+            LEAF_LABEL: leaf,
             "agentserve.dev/pool": "b200",
         },
         taints=[{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}],
@@ -375,7 +382,8 @@ def _node(
 
 def default_nodes(b200: int, cpu: int) -> list[dict[str, Any]]:
     zones = ("zone-a", "zone-b")
-    return [b200_node(f"b200-{i}", zones[i % 2]) for i in range(b200)] + [
+    b200_nodes = [b200_node(f"b200-{i}", zones[(i // 2) % 2], f"leaf-{i // 2}") for i in range(b200)]
+    return b200_nodes + [
         cpu_node(f"cpu-{i}", zones[i % 2]) for i in range(cpu)
     ]
 
@@ -726,9 +734,38 @@ class Cluster:
             except OSError:
                 pass
             if time.monotonic() > deadline or self.pid("lws") is None:
-                raise SystemExit(f"k8s-local: the LWS manager did not become ready (logs in {self.run / 'logs'})")
+                logs = self.run / "logs"
+                raise SystemExit(f"k8s-local: the LWS manager did not become ready (logs in {logs})")
             time.sleep(0.2)
         log(f"lws {LWS_VERSION} running, webhook on 127.0.0.1:{ports['lws-webhook']}")
+
+    def uninstall_lws(self) -> None:
+        """Stop the LWS manager; delete its webhooks and CRDs (and with them every LeaderWorkerSet)."""
+        self.stop("lws")
+        for kind in ("mutating", "validating"):
+            name = f"lws-{kind}-webhook-configuration"
+            path = f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/{name}"
+            try:
+                self.request("DELETE", path)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    raise
+        for crd in sorted(LWS_CRDS.glob("*.yaml")):
+            name = _yaml_document(crd.read_text(encoding="utf-8"))["metadata"]["name"]
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            try:
+                self.request("DELETE", path)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    raise
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    self.request("GET", path)
+                except urllib.error.HTTPError as exc:
+                    if exc.code == 404:
+                        break
+                time.sleep(0.2)
 
     def apply_crd(self, path: Path) -> None:
         """Apply a CRD file (YAML, one document) and wait until it is Established."""

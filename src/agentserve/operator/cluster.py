@@ -68,6 +68,10 @@ class Cluster(Protocol):
         """Create a core/v1 Event (what `kubectl describe` shows)."""
         ...
 
+    def recheck(self, api_version: str) -> None:
+        """Look a group-version found missing up again on the next call (a required kind)."""
+        ...
+
 
 class _Discovery:
     """Which resource (plural, namespaced) serves each kind, read from the API server per group-version.
@@ -94,6 +98,12 @@ class _Discovery:
         if found is None:
             raise KindNotInstalled(f"{kind} ({api_version}) is not served by this cluster", 404)
         return found
+
+    def recheck(self, api_version: str) -> None:
+        """Ask for a group-version found missing on the next lookup, not after `retry_seconds`: a spec
+        that cannot run without it (LeaderWorkerSet) should see it the moment it is installed."""
+        with self._lock:
+            self._missing.pop(api_version, None)
 
     def forget(self, api_version: str) -> None:
         """The server answered 404 for a whole collection: its CRD may be gone; read it again."""
@@ -291,6 +301,9 @@ class KubeCluster:
 
     def post_event(self, event: dict[str, Any]) -> None:
         self.create(event)
+
+    def recheck(self, api_version: str) -> None:
+        self._discovery.recheck(api_version)
 
 
 def _base(api_version: str) -> str:

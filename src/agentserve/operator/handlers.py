@@ -112,9 +112,13 @@ def observed_children(
     return objects
 
 
+def _required_missing(desired: list[dict[str, Any]], missing: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    return sorted({(o["apiVersion"], o["kind"]) for o in desired} & missing & REQUIRED_KINDS)
+
+
 def _not_installed(desired: list[dict[str, Any]], missing: set[tuple[str, str]]) -> Failure | None:
     """A required kind the spec needs and the cluster lacks: refuse the whole apply (nothing partial)."""
-    absent = sorted({(o["apiVersion"], o["kind"]) for o in desired} & missing & REQUIRED_KINDS)
+    absent = _required_missing(desired, missing)
     if not absent:
         return None
     api_version, kind = absent[0]
@@ -156,6 +160,13 @@ def sync(
             desired = build(spec, target.name, target.namespace, target.uid)
             missing: set[tuple[str, str]] = set()
             observed = observed_children(cluster, target.namespace, target.name, missing)
+            for api_version, kind in _required_missing(desired, missing):
+                cluster.recheck(api_version)  # installed since it was found missing?
+                try:
+                    observed += cluster.list(api_version, kind, target.namespace, owned_selector(target.name))
+                    missing.discard((api_version, kind))
+                except KindNotInstalled:
+                    pass
             failure = _not_installed(desired, missing)
             if failure is None:
                 # Before the Deployments: new frontend pods wait for the Secret they mount.

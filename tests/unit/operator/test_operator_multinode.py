@@ -158,6 +158,7 @@ def test_without_leaderworkerset_installed_nothing_is_applied_and_the_condition_
     ready = conditions(result.status)["Ready"]
     assert ready["status"] == "False" and ready["reason"] == "LeaderWorkerSetNotInstalled"
     assert "sigs.k8s.io/lws" in ready["message"] and "nothing was applied" in ready["message"]
+    assert cluster.rechecked == ["leaderworkerset.x-k8s.io/v1"]  # asked again, not after a minute
 
 
 def test_with_leaderworkerset_the_group_and_its_key_are_made_once() -> None:

@@ -55,6 +55,7 @@ class FakeCluster:
         self.owners: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.fail_list_owners = 0
+        self.rechecked: list[str] = []
 
     def _check(self, api_version: str, kind: str) -> None:
         if (api_version, kind) not in self.kinds:
@@ -119,6 +120,9 @@ class FakeCluster:
 
     def post_event(self, event: dict[str, Any]) -> None:
         self.events.append(event)
+
+    def recheck(self, api_version: str) -> None:
+        self.rechecked.append(api_version)
 
     # what controllers would do
     def deployments_ready(self, *, ready: bool = True) -> None:

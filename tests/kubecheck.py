@@ -108,8 +108,35 @@ def _peering_errors(obj: dict[str, Any]) -> list[str]:
     return errors
 
 
+def _leader_worker_set_errors(obj: dict[str, Any], version: str) -> list[str]:
+    """A LeaderWorkerSet (sigs.k8s.io/lws v1): the group shape its CRD requires, and both pod templates
+    against the published PodTemplate schema (strict), since that is what reaches the kubelet."""
+    name = (obj.get("metadata") or {}).get("name")
+    lwt = (obj.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    errors = []
+    if not name:
+        errors.append("metadata.name: required")
+    if not (isinstance(lwt.get("size"), int) and lwt["size"] >= 1):
+        errors.append("spec.leaderWorkerTemplate.size: an integer >= 1 required")
+    if lwt.get("restartPolicy") not in (None, "RecreateGroupOnPodRestart", "RecreateGroupAfterStart", "None"):
+        errors.append(f"spec.leaderWorkerTemplate.restartPolicy: {lwt.get('restartPolicy')!r}")
+    if (obj.get("spec") or {}).get("startupPolicy") not in (None, "LeaderCreated", "LeaderReady"):
+        errors.append("spec.startupPolicy: LeaderCreated or LeaderReady")
+    for key in ("leaderTemplate", "workerTemplate"):
+        if key not in lwt:
+            if key == "workerTemplate":
+                errors.append("spec.leaderWorkerTemplate.workerTemplate: required")
+            continue
+        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"{name}-{key}"}}
+        template["template"] = lwt[key]
+        errors += [f"LeaderWorkerSet/{name} {key}: {e}" for e in validation_errors(template, version)]
+    return errors
+
+
 def validation_errors(obj: dict[str, Any], version: str = KUBERNETES_VERSION) -> list[str]:
     api_version = str(obj.get("apiVersion", ""))
+    if api_version == "leaderworkerset.x-k8s.io/v1":
+        return _leader_worker_set_errors(obj, version)
     if api_version == "kopf.dev/v1":
         return _peering_errors(obj)
     if api_version.startswith("agentserve.dev/"):

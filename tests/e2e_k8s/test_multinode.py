@@ -3,7 +3,7 @@ its Go module by scripts/k8s-local, run with its webhooks) and KWOK B200 nodes.
 
 The test brings four B200 nodes of its own, two per leaf switch (NVIDIA Topograph's
 `network.topology.nvidia.com/leaf`), tainted so nothing else lands there and nothing here lands
-elsewhere. Each worker is TP 16: a group of two pods, one whole node each.
+elsewhere. Each worker is the Kimi K2 example's: TP 16, a group of two pods, one whole node each.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_e2e import Kube, Operator, condition, k8s_local, skip_or_fail, wait_for
+from k8s_e2e import Kube, Operator, condition, k8s_local, load_example, skip_or_fail, wait_for
 
 from agentserve.router.discovery import KubeWatcher, WorkerEndpoint
 
@@ -27,26 +27,19 @@ LEAF = k8s_local.LEAF_LABEL
 
 
 def _cr(name: str, replicas: int = 1, **workers: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "agentserve.dev/v1alpha1",
-        "kind": "AgentServingDeployment",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "model": {
-                "name": "moonshotai/Kimi-K2-Instruct",
-                "source": {"hostPath": {"path": "/models/kimi"}},
-            },
-            "workers": {"tensorParallelSize": 16, "replicas": replicas, **workers},
-            "nodePool": {
-                "nodeSelector": {"agentserve.dev/pool": POOL},
-                "tolerations": [
-                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                    {"key": TAINT["key"], "operator": "Exists", "effect": "NoSchedule"},
-                ],
-                "topologyKey": LEAF,
-            },
-        },
-    }
+    """examples/kimi-k2-2x8xb200.yaml as written (TP 16 over two nodes, one group per leaf), moved to
+    this test's nodes: their pool label and taint are the only changes to its nodePool."""
+    body = load_example("kimi-k2-2x8xb200.yaml")
+    body["metadata"] = {"name": name, "namespace": NS}
+    body["spec"]["workers"] = {**body["spec"]["workers"], "replicas": replicas, **workers}
+    pool = body["spec"]["nodePool"]
+    assert pool["topologyKey"] == LEAF
+    pool["nodeSelector"] = {"agentserve.dev/pool": POOL}
+    pool["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": TAINT["key"], "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    return body
 
 
 @pytest.fixture(scope="module")
@@ -209,8 +202,8 @@ def test_a_spec_change_rolls_the_groups_one_at_a_time(lws: Kube) -> None:
     revision = "leaderworkerset.sigs.k8s.io/template-revision-hash"
     old = {p["metadata"]["labels"][revision] for p in _pods(kube, "kimi")}
     assert len(old) == 1
-    # No spare leaf for a surge group: replace one group at a time (maxSurge 0, maxUnavailable 1).
-    body = _cr("kimi", replicas=2, env=[{"name": "ROLL", "value": "1"}], updateStrategy="replace")
+    # The example rolls in place (updateStrategy replace: no spare leaf for a surge group).
+    body = _cr("kimi", replicas=2, env=[{"name": "ROLL", "value": "1"}])
     kube.apply_yaml(yaml.safe_dump(body))
     observed: list[int] = []  # groups whose pods are all on the new revision and running
 

@@ -21,6 +21,7 @@ from agentserve.operator.multinode import SSH_PORT, group_hosts, mpirun_argv, ss
 from agentserve.operator.reconcile import ObjectRef
 from agentserve.operator.spec import AgentServingDeploymentSpec
 from agentserve.operator.sshkeys import authorized_key, private_key, public_key
+from kubecheck import assert_valid
 
 TP16 = {"workers": {"tensorParallelSize": 16, "replicas": 2}, "nodePool": {"topologyKey": "example.com/rack"}}
 
@@ -32,6 +33,7 @@ def _containers(template: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_replica_over_two_nodes_is_a_leaderworkerset_group() -> None:
     objs = objects(TP16, uid="uid-1")
+    assert_valid(objs)
     assert not [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "coder-worker"]
     group = get(objs, "LeaderWorkerSet", "coder-lws")
     assert group["metadata"]["annotations"] == {LWS_EXCLUSIVE_TOPOLOGY: "example.com/rack"}

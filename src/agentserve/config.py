@@ -383,6 +383,16 @@ class WorkerConfig(_Config):
         description="engine profile the sim's timing follows: a shipped name (h200-qwen3-30b-a3b-pytorch, "
         "measured; b200-qwen3-30b-a3b-estimate) or a profile YAML file (agentserve profile writes one)",
     )
+    sim_nodes: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="nodes the simulated replica spans: the profile's replica tensor-parallel over that many "
+        "of its nodes (compute per GPU ÷ nodes, plus the all-reduces over sim_interconnect)",
+    )
+    sim_interconnect: Literal["infiniband-ndr", "infiniband-xdr", "roce-400g"] = Field(
+        "infiniband-ndr", description="the link between the simulated replica's nodes (sim_nodes > 1)"
+    )
     sim_catch_up_s: float = Field(
         0.05,
         ge=0,

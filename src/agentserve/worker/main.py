@@ -12,7 +12,7 @@ from agentserve.worker.engines.sim import SimConfig, SimEngine
 from agentserve.worker.outputs import EchoPolicy, OutputPolicy, ScenarioError, ScriptPolicy, raw_format_for
 from agentserve.worker.profiles import ProfileError, load_profile
 from agentserve.worker.scheduler import SchedulerConfig
-from agentserve.worker.timing import TimingModel
+from agentserve.worker.timing import INTERCONNECTS, TimingModel, spanning_nodes
 from agentserve.worker.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("agentserve.worker")
@@ -47,11 +47,33 @@ def build_policy(config: WorkerConfig, tokenizer: Tokenizer) -> OutputPolicy:
     return script
 
 
-def sim_timing(profile: str) -> TimingModel:
+def sim_timing(profile: str, nodes: int = 1, interconnect: str = "infiniband-ndr") -> TimingModel:
+    """The sim's timing: the profile's, as a replica spanning `nodes` nodes when more than one."""
     try:
-        return load_profile(profile).timing
+        loaded = load_profile(profile)
     except ProfileError as exc:
         raise ConfigError(f"sim_profile: {exc}") from exc
+    if nodes <= 1:
+        return loaded.timing
+    model = loaded.model
+    layers = int(model.get("layers") or 0)
+    # The all-reduced activation is the hidden state; a profile without hidden_size gives the
+    # attention width (query heads × head dim), which it equals for most dense models.
+    hidden = int(
+        model.get("hidden_size") or int(model.get("query_heads") or 0) * int(model.get("head_dim") or 0)
+    )
+    gpus = int((loaded.hardware or {}).get("count") or 1)
+    try:
+        return spanning_nodes(
+            loaded.timing,
+            nodes,
+            INTERCONNECTS[interconnect],
+            layers=layers,
+            hidden=hidden,
+            gpus_per_node=gpus,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"sim_nodes: profile {profile!r} has no model layers/hidden size: {exc}") from exc
 
 
 def engine_facts(config: WorkerConfig) -> dict[str, object]:
@@ -96,7 +118,7 @@ def build_engine(config: WorkerConfig) -> Engine:
         ),
         speedup=config.sim_speedup,
         catch_up_s=config.sim_catch_up_s,
-        timing=sim_timing(config.sim_profile),
+        timing=sim_timing(config.sim_profile, config.sim_nodes, config.sim_interconnect),
     )
     policy = build_policy(config, tokenizer)
     grammar_engine(tokenizer, cache_size=config.constraint_cache_size)  # sized once, built on first use

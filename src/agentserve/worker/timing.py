@@ -11,6 +11,8 @@ prefill). Its time is a sum of terms, each non-decreasing in its inputs:
       + prefill_attn × Σ over prefill tokens of their context (quadratic attention)
       + mixed_step if the iteration prefills and decodes together
       + onboard tokens × KV bytes per token / host → GPU bandwidth (host KV tier)
+      + cross_node_step + cross_node_per_token × tokens   (a replica tensor-parallel across nodes:
+                                 its all-reduces over the inter-node link; `spanning_nodes`)
 
 and an iteration that prefills takes at least `prefill_floor` (engines replay CUDA graphs for
 decode-only iterations; one with a prefill chunk is launched kernel by kernel, which the CPU bounds).
@@ -22,8 +24,8 @@ datasheets). docs/worker.md ("Timing model") shows both against the measurements
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,10 @@ class TimingModel:
     mixed_step_s: float = 0.0  # extra cost of an iteration with both prefill and decode work
     prefill_floor_s: float = 0.0  # least time of an iteration that prefills (launch bound)
     model_load_s: float = 0.0  # process start to ready: weights, graphs (an engine starting up)
+    # A replica spanning nodes (`spanning_nodes`): per iteration, the fixed latency of the all-reduces
+    # crossing nodes; per token, their bytes over the inter-node link.
+    cross_node_step_s: float = 0.0
+    cross_node_per_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -119,6 +125,8 @@ class TimingModel:
             t += self.decode_per_seq_s * len(decode) + self.kv_read_per_token_s * sum(decode)
         if self.moe_experts:
             t += self.moe_expert_s * self.experts_touched(prefill_tokens + len(decode))
+        if self.cross_node_step_s or self.cross_node_per_token_s:
+            t += self.cross_node_step_s + self.cross_node_per_token_s * (prefill_tokens + len(decode))
         if work.prefill and t < self.prefill_floor_s:
             return self.prefill_floor_s
         return t
@@ -134,3 +142,68 @@ LINEAR_TERMS: tuple[str, ...] = (
     "prefill_attn_per_token_ctx_s",
     "mixed_step_s",
 )
+
+
+# -- replicas spanning nodes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Interconnect:
+    """The link between the nodes of one replica, per GPU (HGX B200: one NIC per GPU)."""
+
+    name: str
+    bytes_per_s: float  # each direction
+    latency_s: float  # one step of a collective across nodes
+
+
+# Datasheet line rates at ~80 % for large messages; latencies are typical small-message figures.
+INTERCONNECTS: Mapping[str, Interconnect] = {
+    # ConnectX-7, 400 Gb/s per GPU (HGX B200's reference networking).
+    "infiniband-ndr": Interconnect("infiniband-ndr", 40e9, 5e-6),
+    # ConnectX-8, 800 Gb/s per GPU.
+    "infiniband-xdr": Interconnect("infiniband-xdr", 80e9, 5e-6),
+    # Spectrum-X / RoCE at 400 Gb/s per GPU.
+    "roce-400g": Interconnect("roce-400g", 40e9, 10e-6),
+}
+
+
+def spanning_nodes(
+    model: TimingModel,
+    nodes: int,
+    link: Interconnect,
+    *,
+    layers: int,
+    hidden: int,
+    gpus_per_node: int = 8,
+    dtype_bytes: int = 2,
+) -> TimingModel:
+    """`model` measured on one node's GPUs, as a replica tensor-parallel over `nodes` such nodes.
+
+    First order: each GPU holds 1/nodes of the weights and of the KV, so the terms that read them or
+    compute with them shrink by 1/nodes (the launch-bound floor and the mixed-iteration penalty do
+    not); and each layer's two all-reduces (attention out, MLP out) now cross the inter-node link. They
+    run hierarchically, as NCCL does: within a node over NVLink (already in the measured model), then
+    across nodes each GPU exchanges its 1/gpus_per_node shard over its own NIC, 2(n−1)/n of it in a
+    ring, in 2(n−1) steps.
+    """
+    if nodes <= 1:
+        return model
+    if layers < 1 or hidden < 1 or gpus_per_node < 1:
+        raise ValueError("spanning_nodes needs the model's layers and hidden size")
+    collectives = 2 * layers
+    shard = hidden * dtype_bytes / gpus_per_node
+    per_token = collectives * shard * 2 * (nodes - 1) / nodes / link.bytes_per_s
+    step = collectives * 2 * (nodes - 1) * link.latency_s
+    k = 1.0 / nodes
+    return replace(
+        model,
+        name=f"{model.name} ×{nodes} nodes ({link.name})",
+        base_s=model.base_s * k,
+        decode_per_seq_s=model.decode_per_seq_s * k,
+        kv_read_per_token_s=model.kv_read_per_token_s * k,
+        prefill_per_token_s=model.prefill_per_token_s * k,
+        prefill_attn_per_token_ctx_s=model.prefill_attn_per_token_ctx_s * k,
+        moe_expert_s=model.moe_expert_s * k,
+        cross_node_step_s=model.cross_node_step_s + step,
+        cross_node_per_token_s=model.cross_node_per_token_s + per_token,
+    )

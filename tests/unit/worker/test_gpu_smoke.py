@@ -18,6 +18,16 @@ def test_the_smoke_script_has_every_check_and_needs_a_model() -> None:
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    assert set(module.CHECKS) == {"stop", "cancel", "adp", "gauges", "cached", "retention", "profile", "kill"}
+    assert set(module.CHECKS) == {
+        "stop",
+        "cancel",
+        "adp",
+        "gauges",
+        "cached",
+        "retention",
+        "profile",
+        "multinode",
+        "kill",
+    }
     done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env={}, check=False)
     assert done.returncode == 2 and "AGENTSERVE_GPU_SMOKE_MODEL" in done.stdout

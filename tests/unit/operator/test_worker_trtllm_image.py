@@ -30,6 +30,10 @@ MULTI = "docker/Dockerfile.multi, stage `release` (builds the release image)"
 USER_DF = "docker/Dockerfile.user (`make -C docker ngc-release_run LOCAL_USER=1`, on the release image)"
 INSTALL_BASE = "docker/common/install_base.sh (devel stage, under release)"
 QUICK_START = "https://nvidia.github.io/TensorRT-LLM/quick-start-guide.html"
+SSH_DOC = (
+    "docs/source/dev-on-cloud/build-image-to-dockerhub.md: the image has no ssh server; "
+    "`apt update && apt install openssh-server` on top of it"
+)
 
 # Commands the release image has, and where its documentation runs them.
 COMMANDS: dict[str, str] = {
@@ -37,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "python3 -m pip": f"{MULTI}: `pip install /tmp/wheel/tensorrt_llm*.whl` into python3's site-packages "
     f"(then found there with python3); {INSTALL_BASE}: apt `python3-pip`",
     "rm": f"{MULTI}: `rm -v ...`, `rm -rf /root/.cache/pip`",
+    "apt-get": f"{INSTALL_BASE}: `apt-get update && apt-get install -y ...` as root; {SSH_DOC}",
     "getent": f"{USER_DF}: `getent passwd ${{USER_ID}} || useradd ...`",
     "useradd": f"{USER_DF}: `useradd --gid --uid --create-home --no-log-init --shell /bin/bash`",
 }
@@ -54,6 +59,7 @@ PATHS: dict[str, str] = {
     "/opt/agentserve-src": "created by this Dockerfile's WORKDIR, removed after the install",
     "/": "root directory",
     "/usr/sbin/nologin": "only written to /etc/passwd by useradd (never executed; pods run `agentserve`)",
+    "/var/lib/apt/lists/": f"apt's package lists, emptied after the install as {INSTALL_BASE} does",
     CACHE_DIR: "HOME: the operator mounts a volume there (checked below)",
 }
 

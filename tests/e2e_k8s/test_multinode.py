@@ -96,6 +96,7 @@ class Discovered:
         from kubernetes import config
 
         self.seen: dict[str, WorkerEndpoint] = {}
+        self.history: list[set[str]] = []  # every set of workers the router saw, in order
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._client = config.new_client_from_config(config_file=str(kube.kubeconfig))
@@ -105,6 +106,7 @@ class Discovered:
     def _on_change(self, endpoints: dict[str, WorkerEndpoint]) -> None:
         with self._lock:
             self.seen = dict(endpoints)
+            self.history.append(set(endpoints))
 
     def workers(self) -> set[str]:
         with self._lock:
@@ -181,6 +183,12 @@ def test_groups_fill_a_leaf_each_and_the_router_sees_one_worker_per_group(lws: K
             for p in _groups(kube, "kimi")["0"]
             if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "1"
         )
+        leader_0 = next(
+            p["metadata"]["name"]
+            for p in _groups(kube, "kimi")["0"]
+            if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+        )
+        seen_before = len(router.history)
         kube.kubectl("delete", "pod", follower["metadata"]["name"], "-n", NS, "--wait=false")
         wait_for(
             lambda: (
@@ -192,6 +200,9 @@ def test_groups_fill_a_leaf_each_and_the_router_sees_one_worker_per_group(lws: K
         )
         assert {p["metadata"]["uid"] for p in _groups(kube, "kimi")["1"]} == before["1"]
         wait_for(lambda: len(router.workers()) == 2, 60, "the router to see the recreated leader")
+        # The router dropped that group's worker while the group was recreated, then took it back.
+        after = router.history[seen_before:]
+        assert any(leader_0 not in s for s in after) and leader_0 in after[-1], after
     finally:
         router.close()
 

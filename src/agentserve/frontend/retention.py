@@ -18,6 +18,13 @@ does not, and turns it into a `Retention` (TensorRT-LLM's 0..100 scale, default 
   0..`max_priority`, which stays below the pinned prefix);
 - mode `off`: no retention (the engine's plain LRU).
 
+Subagent trees (`tree_aware`, docs/subagents.md): a child's turn (a subagent's conversation, linked
+to its parent by `frontend.subagents`) keeps its private blocks at `child_priority`, below the
+session class its parent waits in, for `child_duration_s`: a burst of children evicts each other and
+the default class, never the parent whose turn spawned them. The prefix a child shares with its
+siblings (one subagent type's system prompt and tools) is kept at `prefix_priority` like the
+deployment's prefix, but only for `child_duration_s` after the last sibling turn, not forever.
+
 Past its duration a block falls back to the default class, so retention can never pin memory
 forever except for the shared prefix, whose size the deployment bounds.
 """
@@ -50,13 +57,22 @@ class RetentionPolicy:
     idle_duration_s: float = 120.0
     hint_step: int = 5  # priority added per unit of agent_hints.priority
     max_priority: int = 85  # session blocks never outrank the shared prefix
+    tree_aware: bool = True  # subagent children rank below the parent session that waits on them
+    child_priority: int = 60
+    child_duration_s: float = 120.0
 
     def __post_init__(self) -> None:
-        for name in ("prefix_priority", "session_priority", "idle_priority", "max_priority"):
+        for name in (
+            "prefix_priority",
+            "session_priority",
+            "idle_priority",
+            "max_priority",
+            "child_priority",
+        ):
             value = getattr(self, name)
             if not RETENTION_PRIORITY_MIN <= value <= RETENTION_PRIORITY_MAX:
                 raise ValueError(f"{name} must be within 0..100, got {value}")
-        if self.session_duration_s <= 0 or self.idle_duration_s <= 0:
+        if self.session_duration_s <= 0 or self.idle_duration_s <= 0 or self.child_duration_s <= 0:
             raise ValueError("retention durations must be positive")
         if self.prefix_duration_s is not None and self.prefix_duration_s <= 0:
             raise ValueError("prefix_duration_s must be positive (or None: no expiry)")
@@ -72,6 +88,7 @@ class RetentionInputs:
     after_tool_result: bool = False  # the last message is a tool result: an agent loop in flight
     hint_priority: int | None = None  # agent_hints.priority
     idle_s: float | None = None  # time since the session's previous turn finished (None: first)
+    subagent: bool = False  # a subagent's turn: a child in a tree whose parent waits on it
 
 
 OFF = RetentionPolicy(mode="off")
@@ -83,6 +100,8 @@ def decide_retention(policy: RetentionPolicy, inputs: RetentionInputs) -> Retent
     if policy.mode == "off" or inputs.prompt_tokens <= 0:
         return None
     prefix = max(0, min(inputs.shared_prefix_tokens, inputs.prompt_tokens))
+    if policy.tree_aware and inputs.subagent:
+        return _child_retention(policy, inputs, prefix)
     agent = inputs.has_tools or inputs.after_tool_result
     came_back_late = inputs.idle_s is not None and inputs.idle_s > policy.session_duration_s
     if agent:
@@ -101,6 +120,23 @@ def decide_retention(policy: RetentionPolicy, inputs: RetentionInputs) -> Retent
         ranges.append(TokenRangeRetention(prefix, None, priority, duration))
     if priority == RETENTION_PRIORITY_DEFAULT:
         return Retention(tuple(ranges)) if ranges else None
+    return Retention(tuple(ranges), decode_priority=priority, decode_duration_s=duration)
+
+
+def _child_retention(policy: RetentionPolicy, inputs: RetentionInputs, prefix: int) -> Retention:
+    """A subagent's turn: its type's shared prefix like the deployment's, its own blocks below the
+    parent's session class; both only while the tree runs (`child_duration_s` after this turn)."""
+    priority = policy.child_priority
+    if inputs.hint_priority:
+        priority += inputs.hint_priority * policy.hint_step
+    # Never at or above the session class: the parent in its gap must outrank every child.
+    priority = max(RETENTION_PRIORITY_MIN, min(priority, policy.session_priority - 1, policy.max_priority))
+    duration = policy.child_duration_s
+    ranges: list[TokenRangeRetention] = []
+    if prefix:
+        ranges.append(TokenRangeRetention(0, prefix, policy.prefix_priority, duration))
+    if prefix < inputs.prompt_tokens:
+        ranges.append(TokenRangeRetention(prefix, None, priority, duration))
     return Retention(tuple(ranges), decode_priority=priority, decode_duration_s=duration)
 
 

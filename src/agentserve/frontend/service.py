@@ -49,6 +49,7 @@ from agentserve.frontend.plan import (
 )
 from agentserve.frontend.relay import Relay
 from agentserve.frontend.retention import RetentionInputs, RetentionPolicy, RetentionTracker, decide_retention
+from agentserve.frontend.subagents import SubagentTree, TreeLink, explicit_link, is_claude_subagent
 from agentserve.frontend.surfaces import (
     Context,
     StreamWriter,
@@ -94,6 +95,13 @@ class Prepared:
     drift: DriftReport | None
     trace: RequestTelemetry
     constraint: Constraint | None = None  # the grammar the engine enforces (None: unconstrained)
+    # The subagent tree (docs/subagents.md): the conversation's key in the tree (the session id, or
+    # its own conversation key for a Claude Code child that reuses its parent's session id), whether
+    # that key is a conversation key (it moves once turn 1's reply anchors it), and its parent link.
+    # Read by retention and placement only, never by anything that shapes the reply.
+    tree_session: str | None = None
+    tree_keyed_by_conversation: bool = False
+    subagent: TreeLink | None = None
 
     @property
     def model(self) -> str:
@@ -134,7 +142,11 @@ class Frontend:
             max_priority=min(
                 config.kv_retention_prefix_priority, max(config.kv_retention_session_priority, 85)
             ),
+            tree_aware=config.subagent_trees,
+            # Children rank below the session class their parent waits in (and above the default).
+            child_priority=max(0, min(60, config.kv_retention_session_priority - 1)),
         )
+        self.tree = SubagentTree() if config.subagent_trees else None
         self._retention_tracker = RetentionTracker(pipeline.block_size)
         self.models: list[ModelFacts] = served_models(config, pipeline.family)
         self._model_ids = frozenset(i for m in self.models for i in m.ids)
@@ -276,6 +288,7 @@ class Frontend:
             drift=drift,
             previous_prompt_tokens=previous_prompt,
         )
+        tree_session, by_conversation, link = self._place_in_tree(request, identity, prompt, trace, scope)
         return Prepared(
             surface=surface,
             request=request,
@@ -290,7 +303,50 @@ class Frontend:
             drift=drift,
             trace=trace,
             constraint=constraint,
+            tree_session=tree_session,
+            tree_keyed_by_conversation=by_conversation,
+            subagent=link,
         )
+
+    def _place_in_tree(
+        self,
+        request: DecodedRequest,
+        identity: AgentIdentity,
+        prompt: RenderedPrompt,
+        trace: RequestTelemetry,
+        scope: str,
+    ) -> tuple[str | None, bool, TreeLink | None]:
+        """(the conversation's key in the subagent tree, whether it is a conversation key, its parent
+        link) — `frontend.subagents`; the identity the reply depends on is left as it is."""
+        session = identity.session_id
+        if self.tree is None or session is None:
+            return session, False, None
+        now = time.monotonic()
+        conversation = request.conversation
+        by_conversation = identity.source == CONVERSATION_SOURCE
+        link = explicit_link(identity.parent_session_id, identity.parent_source, identity.subagent_kind)
+        if (
+            link is None
+            and identity.source == "header:x-claude-code-session-id"
+            and is_claude_subagent(conversation.system)
+        ):
+            # An older Claude Code child keeps its parent's session id and says only this: it is its
+            # own conversation under that session (one session id is not one linear conversation).
+            key = conversation_key(conversation, self.pipeline.strip)
+            if key is not None:
+                session, by_conversation = key, True
+                link = TreeLink(identity.session_id or key, "billing:cc_is_subagent")
+        if link is None:
+            link = self.tree.infer_parent(scope, conversation, now)
+        if link is None:
+            known = self.tree.parent_of(session)  # a later turn of a child linked on its first
+            link = None if known is None else TreeLink(known, "tree")
+        if link is None or link.parent == session:
+            return session, by_conversation, None
+        kind = prompt.block_hashes[0] if prompt.block_hashes else None
+        self.tree.child_turn(session, link, kind, now)
+        trace.linked(session, link.parent, link.source)
+        return session, by_conversation, link
 
     async def open(self, p: Prepared) -> Generation:
         """Route and open the request on a worker. Raises ApiError (no capacity: overloaded)."""
@@ -303,7 +359,7 @@ class Frontend:
             priority=request.nvext.agent_hints.priority or 0,
             hints=generation_hints(request.conversation),
             cache_salt=request.nvext.cache_salt,
-            retention=self._retention(request, prompt, p.identity.session_id),
+            retention=self._retention(request, prompt, p.tree_session, subagent=p.subagent is not None),
             constraint=p.constraint,
         )
         route = route_request(request, prompt.block_hashes, len(prompt.token_ids), p.identity.session_id)
@@ -330,7 +386,7 @@ class Frontend:
         )
 
     def _retention(
-        self, request: DecodedRequest, prompt: RenderedPrompt, session: str | None
+        self, request: DecodedRequest, prompt: RenderedPrompt, session: str | None, *, subagent: bool = False
     ) -> Retention | None:
         if self._retention_policy.mode == "off":
             return None
@@ -343,6 +399,7 @@ class Frontend:
             after_tool_result=bool(messages) and messages[-1].role == "tool",
             hint_priority=request.nvext.agent_hints.priority,
             idle_s=idle,
+            subagent=subagent,
         )
         return decide_retention(self._retention_policy, inputs)
 
@@ -378,6 +435,7 @@ class Frontend:
                 p.trace.relabel(session)
                 hashes = p.prompt.block_hashes
                 self._retention_tracker.rename(turn_one, session, hashes[0] if hashes else None)
+        self._tree_turn_ended(p, events, calls=calls, first_turn=first_turn, reply=reply)
         if session is not None:
             self._remember_session(p, gen, events, session, calls=calls, turn=reply)
         if turn is not None:
@@ -391,6 +449,38 @@ class Frontend:
                 message = self.ctx.memory.turn(first.id, memory_scope)
                 if message is not None:
                     await self.state.save_turns(memory_scope, (message,))
+
+    def _tree_turn_ended(
+        self,
+        p: Prepared,
+        events: list[OutputEvent],
+        *,
+        calls: bool,
+        first_turn: bool,
+        reply: TurnAccumulator | None,
+    ) -> None:
+        """The tree learns that a turn ended: a child that answered stops running; spawning calls are
+        remembered for inference; a conversation-keyed node moves to the key its turn 2 will show."""
+        tree, node = self.tree, p.tree_session
+        if tree is None or node is None:
+            return
+        now = time.monotonic()
+        if p.tree_keyed_by_conversation and first_turn:
+            reply = reply or TurnAccumulator().feed_all(events)
+            anchored = key_after(p.request.conversation, reply.message(), self.pipeline.strip)
+            if anchored is not None and anchored != node:
+                tree.rename(node, anchored)
+                if p.subagent is not None:
+                    p.trace.linked(anchored, p.subagent.parent, p.subagent.source)
+                if p.identity.source != CONVERSATION_SOURCE:  # `_after` moved the others already
+                    hashes = p.prompt.block_hashes
+                    self._retention_tracker.rename(node, anchored, hashes[0] if hashes else None)
+                node = anchored
+        tree.turn_ended(node, tool_calls=calls, now=now)
+        if calls:
+            names = {e.index: e.name for e in events if type(e) is ToolCallStart}
+            made = [(names.get(e.index, ""), e.arguments) for e in events if type(e) is ToolCallEnd]
+            tree.note_spawns(p.scope, node, made, now)
 
     def _remember_session(
         self,

@@ -314,7 +314,8 @@ class TraceRecord:
                 "parent_session_id": self.parent_session_id,
                 "trajectory_id": self.trajectory_id,
                 "source": self.identity_source,
-                "parent_source": self.parent_source,
+                # Only on a subagent's records: readers of the envelope before it see no change.
+                **({"parent_source": self.parent_source} if self.parent_source is not None else {}),
             },
             "request": request,
         }
@@ -757,7 +758,7 @@ class TraceBuilder:
             parent_session_id=ident.parent_session_id,
             trajectory_id=ident.trajectory_id,
             identity_source=ident.source,
-            parent_source=self._parent_source,
+            parent_source=self._parent_source or ident.parent_source,
             x_request_id=self.x_request_id,
             preprocess_ms=preprocess,
             prefill_wait_ms=prefill_wait,

@@ -12,8 +12,10 @@ metrics). HTTP specifics stay in `app.py` and `http.py`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -48,7 +50,14 @@ from agentserve.frontend.plan import (
     sampling_params,
 )
 from agentserve.frontend.relay import Relay
-from agentserve.frontend.retention import RetentionInputs, RetentionPolicy, RetentionTracker, decide_retention
+from agentserve.frontend.retention import (
+    RetentionInputs,
+    RetentionPolicy,
+    RetentionTracker,
+    child_release,
+    decide_retention,
+    parent_hold,
+)
 from agentserve.frontend.subagents import SubagentTree, TreeLink, explicit_link, is_claude_subagent
 from agentserve.frontend.surfaces import (
     Context,
@@ -59,6 +68,7 @@ from agentserve.frontend.surfaces import (
 )
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
+from agentserve.prompt.hashing import block_hashes
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, is_agent_traffic, render_prompt
 from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
 from agentserve.prompt.session import conversation_key, key_after
@@ -66,16 +76,18 @@ from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splic
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
+from agentserve.router.placement import RouteRequest
 from agentserve.state import open_store, state_url
 from agentserve.state.shared import SharedState
 from agentserve.telemetry import RequestTelemetry, Telemetry
-from agentserve.worker.engine import GenerateRequest, Retention
+from agentserve.worker.engine import GenerateRequest, Retention, SamplingParams
 from agentserve.worker.engine import InvalidRequestError as EngineInvalidRequest
 
 log = logging.getLogger("agentserve.frontend")
 
 WORKER_LOST = "the worker serving this request failed; retry the request"
 _MAX_SESSIONS = 4096  # sessions whose last prompt length is kept (a drift's cause needs it)
+_MAX_RETENTION_UPDATES = 64  # subagent-tree retention updates in flight (hold / release)
 
 
 @dataclass(slots=True)
@@ -102,6 +114,7 @@ class Prepared:
     tree_session: str | None = None
     tree_keyed_by_conversation: bool = False
     subagent: TreeLink | None = None
+    shared_prefix_tokens: int = 0  # the deployment's (or a subagent type's) prefix, as retention saw it
 
     @property
     def model(self) -> str:
@@ -143,10 +156,15 @@ class Frontend:
                 config.kv_retention_prefix_priority, max(config.kv_retention_session_priority, 85)
             ),
             tree_aware=config.subagent_trees,
-            # Children rank below the session class their parent waits in (and above the default).
-            child_priority=max(0, min(60, config.kv_retention_session_priority - 1)),
+            # A parent waiting on subagents: the highest class below the shared prefix; its running
+            # children stay in the session class (`decide_retention` keeps them below the parent).
+            parent_priority=min(
+                config.kv_retention_prefix_priority, max(config.kv_retention_session_priority, 85)
+            ),
+            child_priority=config.kv_retention_session_priority,
         )
         self.tree = SubagentTree() if config.subagent_trees else None
+        self._retention_updates: set[asyncio.Task[None]] = set()
         self._retention_tracker = RetentionTracker(pipeline.block_size)
         self.models: list[ModelFacts] = served_models(config, pipeline.family)
         self._model_ids = frozenset(i for m in self.models for i in m.ids)
@@ -359,7 +377,7 @@ class Frontend:
             priority=request.nvext.agent_hints.priority or 0,
             hints=generation_hints(request.conversation),
             cache_salt=request.nvext.cache_salt,
-            retention=self._retention(request, prompt, p.tree_session, subagent=p.subagent is not None),
+            retention=self._retention(p),
             constraint=p.constraint,
         )
         route = route_request(request, prompt.block_hashes, len(prompt.token_ids), p.identity.session_id)
@@ -385,12 +403,12 @@ class Frontend:
             keep_token_ids=p.identity.session_id is not None,
         )
 
-    def _retention(
-        self, request: DecodedRequest, prompt: RenderedPrompt, session: str | None, *, subagent: bool = False
-    ) -> Retention | None:
+    def _retention(self, p: Prepared) -> Retention | None:
         if self._retention_policy.mode == "off":
             return None
-        shared, idle = self._retention_tracker.observe(prompt.block_hashes, session, time.monotonic())
+        request, prompt = p.request, p.prompt
+        shared, idle = self._retention_tracker.observe(prompt.block_hashes, p.tree_session, time.monotonic())
+        p.shared_prefix_tokens = shared
         messages = request.conversation.messages
         inputs = RetentionInputs(
             prompt_tokens=len(prompt.token_ids),
@@ -399,7 +417,7 @@ class Frontend:
             after_tool_result=bool(messages) and messages[-1].role == "tool",
             hint_priority=request.nvext.agent_hints.priority,
             idle_s=idle,
-            subagent=subagent,
+            subagent=p.subagent is not None,
         )
         return decide_retention(self._retention_policy, inputs)
 
@@ -435,7 +453,7 @@ class Frontend:
                 p.trace.relabel(session)
                 hashes = p.prompt.block_hashes
                 self._retention_tracker.rename(turn_one, session, hashes[0] if hashes else None)
-        self._tree_turn_ended(p, events, calls=calls, first_turn=first_turn, reply=reply)
+        self._tree_turn_ended(p, gen, events, calls=calls, first_turn=first_turn, reply=reply)
         if session is not None:
             self._remember_session(p, gen, events, session, calls=calls, turn=reply)
         if turn is not None:
@@ -453,6 +471,7 @@ class Frontend:
     def _tree_turn_ended(
         self,
         p: Prepared,
+        gen: Generation,
         events: list[OutputEvent],
         *,
         calls: bool,
@@ -477,10 +496,49 @@ class Frontend:
                     self._retention_tracker.rename(node, anchored, hashes[0] if hashes else None)
                 node = anchored
         tree.turn_ended(node, tool_calls=calls, now=now)
+        policy, shared = self._retention_policy, p.shared_prefix_tokens
+        context = [*p.prompt.token_ids, *gen.generated]
         if calls:
             names = {e.index: e.name for e in events if type(e) is ToolCallStart}
             made = [(names.get(e.index, ""), e.arguments) for e in events if type(e) is ToolCallEnd]
-            tree.note_spawns(p.scope, node, made, now)
+            if tree.note_spawns(p.scope, node, made, now):
+                self._update_retention(context, node, parent_hold(policy, len(context), shared))
+        elif p.subagent is not None:
+            # The child answered: its result goes to the parent, its own KV is worth nothing now.
+            self._update_retention(context, node, child_release(policy, len(context), shared))
+
+    def _update_retention(self, token_ids: list[int], session: str, retention: Retention | None) -> None:
+        """Re-release a conversation's cached prompt and output under `retention`: a one-token request
+        over blocks its turn just left in the cache (the last release decides a block's class; the
+        engine adapters map `Retention` as for any request). Fire and forget, bounded; it never
+        touches a reply. It runs at normal priority, so it lands before the burst of children a
+        spawn brings (bench/subagents.py: behind them, the parent is evicted first)."""
+        if retention is None or len(self._retention_updates) >= _MAX_RETENTION_UPDATES:
+            return
+        bs, seed = self.pipeline.block_size, self.pipeline.hash_seed
+        route = RouteRequest(tuple(block_hashes(token_ids, bs, seed)), len(token_ids), session, osl=1)
+        request = GenerateRequest(
+            f"retain-{uuid.uuid4().hex}",
+            token_ids,
+            SamplingParams(max_tokens=1),
+            retention=retention,
+        )
+        task = asyncio.get_running_loop().create_task(self._send_update(request, route))
+        self._retention_updates.add(task)
+        task.add_done_callback(self._retention_updates.discard)
+
+    async def retention_updates_done(self) -> None:
+        """Wait for the retention updates in flight (tests; a clean shutdown)."""
+        while self._retention_updates:
+            await asyncio.gather(*self._retention_updates, return_exceptions=True)
+
+    async def _send_update(self, request: GenerateRequest, route: RouteRequest) -> None:
+        try:
+            stream = await self.backend.generate(request, route)
+            async for _ in stream:
+                pass
+        except Exception as exc:  # a retention update is a hint: losing one costs cache, nothing else
+            log.info("retention update %s skipped: %s", request.request_id, exc)
 
     def _remember_session(
         self,

@@ -168,6 +168,7 @@ def test_the_tree_is_linked_in_traces_and_replies_do_not_change(tmp_path: Path) 
         settings = {"script": scenario, "trace_sink": str(sink), "subagent_trees": trees, "workers": 1}
         with served(settings | {"signing_key_file": str(key)}) as s:
             replies[trees] = run_tree(s)
+            s.call(s.frontend.retention_updates_done())
             classes[trees] = pool_classes(s)
         ctx = [r["agent_context"] for r in requests_of(sink)]
         assert len(ctx) == 6
@@ -189,6 +190,24 @@ def test_the_tree_is_linked_in_traces_and_replies_do_not_change(tmp_path: Path) 
     # What the clients received is the same bytes (ids aside: they are random per response). The
     # pool has room for everything here, so even the cached-token counts in `usage` agree.
     assert [_IDS.sub(b"ID", r) for r in replies[True]] == [_IDS.sub(b"ID", r) for r in replies[False]]
-    # Only retention differs: the children's private blocks sit in the child class below the parent.
-    assert 60 in classes[True] and 60 not in classes[False]
-    assert 80 in classes[True] and 80 in classes[False]
+    # Only retention differs: the answered children's own blocks were released to the lowest class
+    # (their type's prefix stays at the prefix class for siblings); off, every agent block is at 80.
+    assert {0, 80, 90} <= classes[True], classes
+    assert 0 not in classes[False] and 80 in classes[False], classes
+
+
+def test_a_parent_that_spawned_is_held_above_the_session_class(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, RULES, think("Nothing left.") + "Done." + END)
+    main_system = [{"type": "text", "text": BILLING}, {"type": "text", "text": MAIN_SYSTEM}]
+    body = {
+        "system": main_system,
+        "messages": [{"role": "user", "content": "PLAN the exploration of this repo"}],
+        "tools": [AGENT_TOOL, BASH],
+    }
+    for trees in (True, False):
+        with served({"script": scenario, "subagent_trees": trees, "workers": 1}) as s:
+            with httpx.Client(base_url=s.url, headers={"x-api-key": "k"}, timeout=30) as client:
+                post(client, body, {"x-claude-code-session-id": ROOT})
+            s.call(s.frontend.retention_updates_done())
+            # Held: the parent's own blocks (prompt after the shared prefix, and its Agent calls).
+            assert (85 in pool_classes(s)) is trees

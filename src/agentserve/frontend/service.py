@@ -359,12 +359,26 @@ class Frontend:
         if link is None:
             known = self.tree.parent_of(session)  # a later turn of a child linked on its first
             link = None if known is None else TreeLink(known, "tree")
+        self.tree.resumed(session)
         if link is None or link.parent == session:
             return session, by_conversation, None
         kind = prompt.block_hashes[0] if prompt.block_hashes else None
         self.tree.child_turn(session, link, kind, now)
         trace.linked(session, link.parent, link.source)
+        self._rearm_hold(link.parent, now)
         return session, by_conversation, link
+
+    def _rearm_hold(self, parent: str, now: float) -> None:
+        """A child still runs while its parent's hold is about to run out: hold the parent again (its
+        last prompt + output, as the drift detector remembers them)."""
+        assert self.tree is not None
+        policy = self._retention_policy
+        shared = self.tree.hold_due(parent, now, policy.child_duration_s)
+        context = None if shared is None else self.drift.last(parent)
+        if shared is None or context is None:
+            return
+        self._update_retention(list(context), parent, parent_hold(policy, len(context), shared))
+        self.tree.held(parent, now + policy.session_duration_s, shared)
 
     async def open(self, p: Prepared) -> Generation:
         """Route and open the request on a worker. Raises ApiError (no capacity: overloaded)."""
@@ -503,6 +517,7 @@ class Frontend:
             made = [(names.get(e.index, ""), e.arguments) for e in events if type(e) is ToolCallEnd]
             if tree.note_spawns(p.scope, node, made, now):
                 self._update_retention(context, node, parent_hold(policy, len(context), shared))
+                tree.held(node, now + policy.session_duration_s, shared)
         elif p.subagent is not None:
             # The child answered: its result goes to the parent, its own KV is worth nothing now.
             self._update_retention(context, node, child_release(policy, len(context), shared))

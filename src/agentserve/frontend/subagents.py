@@ -165,6 +165,9 @@ class SubagentTree:
     max_entries: int = 4096
     _spawns: OrderedDict[int, _Spawn] = field(default_factory=OrderedDict)
     _children: OrderedDict[str, _Child] = field(default_factory=OrderedDict)
+    # Parents held above the session class (`retention.parent_hold`): until when, and their shared
+    # prefix (tokens), so a child that outlives the hold can have it re-armed.
+    _holds: OrderedDict[str, tuple[float, int]] = field(default_factory=OrderedDict)
     _next: int = 0
 
     # -- events ------------------------------------------------------------------------------------
@@ -228,6 +231,31 @@ class SubagentTree:
         for child in self._children.values():
             if child.parent == old:
                 child.parent = new
+        hold = self._holds.pop(old, None)
+        if hold is not None:
+            self._holds[new] = hold
+
+    def held(self, parent: str, until: float, shared_prefix_tokens: int) -> None:
+        """The parent's KV is held above the session class until `until`."""
+        self._holds.pop(parent, None)
+        self._holds[parent] = (until, shared_prefix_tokens)
+        while len(self._holds) > self.max_entries:
+            self._holds.popitem(last=False)
+
+    def resumed(self, session: str) -> None:
+        """A turn of `session` starts: a hold it had is over (the turn re-releases its blocks)."""
+        self._holds.pop(session, None)
+
+    def hold_due(self, parent: str, now: float, margin_s: float) -> int | None:
+        """The parent's shared prefix (tokens) if its hold runs out within `margin_s` while it still
+        waits on children (None: no hold, or it lasts, or nothing to wait for)."""
+        entry = self._holds.get(parent)
+        if entry is None or entry[0] > now + margin_s:
+            return None
+        if not self.waiting_on_children(parent, now):
+            del self._holds[parent]
+            return None
+        return entry[1]
 
     # -- queries -----------------------------------------------------------------------------------
 

@@ -172,3 +172,21 @@ def test_a_renamed_node_keeps_its_links() -> None:
     assert tree.infer_parent("k", new_conversation("grandchild task"), now=1.0) == TreeLink(
         "anchored", "inferred:agent"
     )
+
+
+def test_a_hold_is_due_again_only_while_children_run_and_it_runs_out() -> None:
+    tree = SubagentTree()
+    tree.note_spawns("k", "p", [agent_call("go")], now=0.0)
+    tree.held("p", until=600.0, shared_prefix_tokens=320)
+    assert tree.hold_due("p", now=100.0, margin_s=120.0) is None  # it lasts past the margin
+    assert tree.hold_due("p", now=500.0, margin_s=120.0) == 320  # a spawn is still unclaimed
+    link = tree.infer_parent("k", new_conversation("go"), now=500.0)
+    assert link is not None
+    tree.child_turn("c", link, kind=None, now=500.0)
+    assert tree.hold_due("p", now=500.0, margin_s=120.0) == 320  # the child runs
+    tree.turn_ended("c", tool_calls=False, now=510.0)
+    assert tree.hold_due("p", now=510.0, margin_s=120.0) is None  # nothing left to wait for
+    tree.held("p", until=600.0, shared_prefix_tokens=0)
+    tree.resumed("p")  # the parent's next turn: the hold is over
+    assert tree.hold_due("p", now=590.0, margin_s=120.0) is None
+    assert tree.hold_due("unknown", now=0.0, margin_s=1.0) is None

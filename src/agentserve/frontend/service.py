@@ -512,14 +512,19 @@ class Frontend:
         tree.turn_ended(node, tool_calls=calls, now=now)
         policy, shared = self._retention_policy, p.shared_prefix_tokens
         context = [*p.prompt.token_ids, *gen.generated]
+        spawned = 0
         if calls:
             names = {e.index: e.name for e in events if type(e) is ToolCallStart}
             made = [(names.get(e.index, ""), e.arguments) for e in events if type(e) is ToolCallEnd]
-            if tree.note_spawns(p.scope, node, made, now):
-                self._update_retention(context, node, parent_hold(policy, len(context), shared))
-                tree.held(node, now + policy.session_duration_s, shared)
-        elif p.subagent is not None:
-            # The child answered: its result goes to the parent, its own KV is worth nothing now.
+            spawned = tree.note_spawns(p.scope, node, made, now)
+        control = p.request.nvext.session_control
+        closing = control is not None and control.action == "close"  # Dynamo: done after this turn
+        if spawned:
+            self._update_retention(context, node, parent_hold(policy, len(context), shared))
+            tree.held(node, now + policy.session_duration_s, shared)
+        elif closing or (p.subagent is not None and not calls):
+            # The child answered (its result goes to the parent) or the client closed the session:
+            # its own KV is worth nothing now.
             self._update_retention(context, node, child_release(policy, len(context), shared))
 
     def _update_retention(self, token_ids: list[int], session: str, retention: Retention | None) -> None:

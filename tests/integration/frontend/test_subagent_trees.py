@@ -211,3 +211,19 @@ def test_a_parent_that_spawned_is_held_above_the_session_class(tmp_path: Path) -
             s.call(s.frontend.retention_updates_done())
             # Held: the parent's own blocks (prompt after the shared prefix, and its Agent calls).
             assert (85 in pool_classes(s)) is trees
+
+
+def test_session_control_close_releases_and_bad_controls_are_the_apis_own_400(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, RULES, think("Nothing left.") + "Done." + END)
+    explore = [{"type": "text", "text": EXPLORE_SYSTEM}]
+    body = {"system": explore, "messages": [{"role": "user", "content": "Find it"}], "tools": [BASH]}
+    with served({"script": scenario, "workers": 1}) as s, httpx.Client(base_url=s.url, timeout=30) as client:
+        control = {"session_id": "explorer-1", "parent_session_id": "lead", "action": "close"}
+        post(client, body | {"nvext": {"session_control": control}})
+        s.call(s.frontend.retention_updates_done())
+        assert 0 in pool_classes(s)  # closed: its own blocks went to the lowest class at once
+        bad = body | {"nvext": {"session_control": {"action": "destroy"}}}
+        r = client.post("/v1/messages", json={"model": "m", "max_tokens": 16, **bad})
+        assert r.status_code == 400
+        assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
+        assert "nvext.session_control.action" in r.text

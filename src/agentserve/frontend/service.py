@@ -395,6 +395,8 @@ class Frontend:
             constraint=p.constraint,
         )
         route = route_request(request, prompt.block_hashes, len(prompt.token_ids), p.identity.session_id)
+        if p.subagent is not None:  # placement keeps the parent's worker for it (router/placement.py)
+            route = replace(route, parent_session_id=p.subagent.parent)
         try:
             stream = await self.backend.generate(generate, route)
         except (NoCapacityError, RouterOverloadedError) as exc:

@@ -26,7 +26,8 @@ The loop is a discrete-event simulation: each worker's clock advances by the tim
 time and idle time jumps to the next arrival, so nothing waits for real and no number depends on
 the machine. Prints the parent-resume prefix hit rate, TTFT p50/p99 of parent resumes and of
 children's turns, prefill tokens recomputed, and the ratios against today's retention (measured in
-this run); writes `bench/results/subagents.png` when matplotlib is importable.
+this run); writes `bench/results/subagents.png` (another profile: `subagents-<profile>.png`) when
+matplotlib is importable.
 
     PYTHONPATH=src python bench/subagents.py [--quick] [--gpu-fraction F] [--profile NAME]
 """
@@ -402,7 +403,8 @@ def main() -> None:
         f"recomputed {tree['recomputed'] / base['recomputed']:.2f}x; "
         f"resume hit {base['resume_hit']:.1%} -> {tree['resume_hit']:.1%}"
     )
-    plot(results, summary, Path(__file__).parent / "results" / "subagents.png")
+    name = "subagents.png" if args.profile == shipped_profiles()[0] else f"subagents-{args.profile}.png"
+    plot(results, summary, Path(__file__).parent / "results" / name)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from agentserve.conversation import Conversation, Text
+from agentserve.conversation import Conversation, Message, Text
 
 # Tools that spawn a subagent, by name (lowercase; a namespaced name `ns.spawn_agent` or
 # `ns__spawn_agent` counts by its last segment) → the arguments that carry the child's first prompt.
@@ -112,21 +112,20 @@ def spawn_prompt(tool_name: str, arguments: str) -> str | None:
     return None
 
 
-def opening_prompt(conversation: Conversation) -> str | None:
-    """A new conversation's first user message text (None: it already has an assistant turn, so it
-    is not a child starting, or it has no user text)."""
-    first: str | None = None
+def opening_prompts(conversation: Conversation) -> tuple[str, ...]:
+    """What a new conversation's first user message says: its whole text, then each text block
+    (Claude Code puts `<system-reminder>` blocks before the Agent call's prompt in the same message).
+    Empty: the conversation already has an assistant turn (not a child starting) or no user text."""
+    first: Message | None = None
     for m in conversation.messages:
         if m.role == "assistant":
-            return None
+            return ()
         if first is None and m.role == "user":
-            first = m.text
-    return first if first and first.strip() else None
-
-
-def _same_prompt(a: str, b: str) -> bool:
-    # Harnesses may wrap or trim the prompt; whitespace at the ends is not meaning.
-    return a.strip() == b.strip()
+            first = m
+    if first is None:
+        return ()
+    texts = [first.text, *(p.text for p in first.parts if isinstance(p, Text))]
+    return tuple(dict.fromkeys(t.strip() for t in texts if t.strip()))
 
 
 @dataclass(slots=True)
@@ -192,11 +191,12 @@ class SubagentTree:
         self._bound(now)
         if not self._spawns:
             return None
-        prompt = opening_prompt(conversation)
-        if prompt is None:
+        # Harnesses may wrap or trim the prompt: whitespace at the ends is not meaning.
+        opening = opening_prompts(conversation)
+        if not opening:
             return None
         for key, spawn in self._spawns.items():
-            if spawn.scope == scope and _same_prompt(spawn.prompt, prompt):
+            if spawn.scope == scope and spawn.prompt.strip() in opening:
                 del self._spawns[key]
                 return TreeLink(spawn.parent, "inferred:" + spawn.tool)
         return None

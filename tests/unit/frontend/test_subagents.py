@@ -13,7 +13,7 @@ from agentserve.frontend.subagents import (
     TreeState,
     explicit_link,
     is_claude_subagent,
-    opening_prompt,
+    opening_prompts,
     spawn_prompt,
 )
 
@@ -90,13 +90,29 @@ def test_spawn_prompts_by_tool() -> None:
     assert spawn_prompt("Agent", json.dumps({"prompt": 7})) is None
 
 
-def test_opening_prompt_is_a_new_conversations_first_user_text() -> None:
-    assert opening_prompt(new_conversation("go")) == "go"
+def test_opening_prompts_are_a_new_conversations_first_user_text_and_its_blocks() -> None:
+    assert opening_prompts(new_conversation("go")) == ("go",)
     answered = Conversation(
         messages=(user("go"), Message("assistant", (ToolCall("c1", "Bash", "{}"),)), user("more"))
     )
-    assert opening_prompt(answered) is None
-    assert opening_prompt(Conversation(messages=(user("  "),))) is None
+    assert opening_prompts(answered) == ()
+    assert opening_prompts(Conversation(messages=(user("  "),))) == ()
+    # Claude Code 2.1.330: reminders, then the Agent call's prompt, as blocks of one user message.
+    blocks = Message("user", (Text("<system-reminder>\nbe nice\n</system-reminder>"), Text("Find it.\n")))
+    assert opening_prompts(Conversation(messages=(blocks,))) == (
+        "<system-reminder>\nbe nice\n</system-reminder>Find it.",
+        "<system-reminder>\nbe nice\n</system-reminder>",
+        "Find it.",
+    )
+
+
+def test_a_claude_code_child_is_inferred_from_the_prompt_block() -> None:
+    tree = SubagentTree()
+    tree.note_spawns("k", "root", [agent_call("Find it.")], now=0.0)
+    blocks = Message("user", (Text("<system-reminder>x</system-reminder>"), Text("Find it.")))
+    assert tree.infer_parent("k", Conversation(messages=(blocks,)), now=1.0) == TreeLink(
+        "root", "inferred:agent"
+    )
 
 
 # -- inference and the live tree ---------------------------------------------------------------------

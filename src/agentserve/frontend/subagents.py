@@ -201,7 +201,7 @@ class SubagentTree:
                 return TreeLink(spawn.parent, "inferred:" + spawn.tool)
         return None
 
-    def child_turn(self, child: str, link: TreeLink, kind: int | None, now: float) -> TreeState:
+    def child_turn(self, child: str, link: TreeLink, kind: int | None, now: float) -> None:
         """A child's turn starts (it runs until a turn of it ends without tool calls)."""
         entry = self._children.pop(child, None)
         if entry is None or entry.parent != link.parent:
@@ -211,7 +211,6 @@ class SubagentTree:
             entry.kind = kind
         self._children[child] = entry
         self._bound(now)
-        return self.state(child, now)
 
     def turn_ended(self, session: str, *, tool_calls: bool, now: float) -> None:
         """A turn of `session` ended; a child whose turn ended without tool calls has answered."""

@@ -141,8 +141,8 @@ def test_parallel_spawns_link_one_child_each() -> None:
 def test_children_run_until_a_turn_ends_without_tool_calls() -> None:
     tree = SubagentTree()
     link = TreeLink("parent", "inferred:agent")
-    state = tree.child_turn("c1", link, kind=11, now=0.0)
-    assert state == TreeState(parent="parent", live_siblings=0, live_children=0)
+    tree.child_turn("c1", link, kind=11, now=0.0)
+    assert tree.state("c1", now=0.0) == TreeState(parent="parent", live_siblings=0, live_children=0)
     tree.child_turn("c2", link, kind=11, now=0.1)
     tree.child_turn("c3", link, kind=22, now=0.2)  # another subagent type
     assert tree.state("c1", now=0.3) == TreeState("parent", live_siblings=1)

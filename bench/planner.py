@@ -264,7 +264,8 @@ def simulate(
             ready_workers=sum(w.serving(now) for w in alive),
             demand=demand,
             kv_active_blocks=sum(w.pool.used for w in alive),
-            kv_retained_blocks=sum(w.pool.retained for w in alive),
+            kv_retained_blocks=sum(w.pool.retained - w.pool.pinned for w in alive),
+            kv_pinned_blocks=max((w.pool.pinned for w in alive), default=0),
             waiting=sum(w.sched.num_waiting for w in alive),
             observed_ttft_s=_pct([r.ttft for r in done], 0.9) if len(done) >= 5 else None,
             observed_itl_s=_pct([r.itl for r in done], 0.9) if len(done) >= 5 else None,
@@ -287,7 +288,10 @@ def simulate(
             run.scale_events += 1
             states = [
                 WorkerState(
-                    str(w.index), w.pool.retained, len(w.sched.running) + w.sched.num_waiting, w.serving(now)
+                    str(w.index),
+                    w.pool.retained - w.pool.pinned,
+                    len(w.sched.running) + w.sched.num_waiting,
+                    w.serving(now),
                 )
                 for w in active
             ]

@@ -248,6 +248,7 @@ _COMPONENTS: dict[str, tuple[str, str]] = {
     "up": ("UpConfig", "agentserve.frontend.up:run_up"),
     "frontend": ("FrontendConfig", "agentserve.frontend.main:run_frontend"),
     "router": ("RouterConfig", "agentserve.router.main:run"),
+    "planner": ("PlannerServiceConfig", "agentserve.planner.service:run"),
 }
 
 
@@ -471,6 +472,20 @@ def build_parser() -> argparse.ArgumentParser:
         "(--discovery kubernetes). See docs/router.md.",
     )
     add_config_flags(p, RouterConfig)
+    p.set_defaults(handler=_cmd_component)
+
+    from agentserve.config import PlannerServiceConfig
+
+    p = sub.add_parser(
+        "planner",
+        help="run the planner: scale workers to hold TTFT/ITL targets from what the fleet reports",
+        description="Every interval reads the workers' /load and the frontends' and routers' /metrics, "
+        "predicts TTFT and ITL per worker count from an engine profile and picks the smallest count "
+        "meeting the targets, never below what retained agent sessions hold. On Kubernetes (--discovery "
+        "kubernetes --deployment NAME) it writes the AgentServingDeployment's scale subresource; with "
+        "static --workers URLs it advises only. See docs/planner.md.",
+    )
+    add_config_flags(p, PlannerServiceConfig)
     p.set_defaults(handler=_cmd_component)
 
     from agentserve.profiler.command import add_arguments as add_profile_arguments

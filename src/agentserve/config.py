@@ -400,6 +400,61 @@ class WorkerConfig(_Config):
     )
 
 
+class PlannerServiceConfig(_Config):
+    """`agentserve planner`: the planner over a fleet it reads over the network (docs/planner.md)."""
+
+    host: str = Field("0.0.0.0", description="address of /metrics and /health")
+    port: int = Field(8300, ge=0, le=65535, description="port of /metrics and /health")
+    discovery: Literal["static", "kubernetes"] = Field(
+        "static", description="how the workers, frontends and routers are found"
+    )
+    namespace: str | None = Field(None, description="namespace of the Services and the deployment")
+    deployment: str | None = Field(
+        None,
+        description="the AgentServingDeployment whose workers it scales (kubernetes; without it the "
+        "planner only advises: it logs and exports what it would do)",
+    )
+    worker_service: str | None = Field(None, description="Kubernetes Service of the workers")
+    frontend_service: str | None = Field(None, description="Kubernetes Service of the frontends")
+    router_service: str | None = Field(None, description="Kubernetes Service of the routers")
+    workers: list[str] = Field(default_factory=list, description="static worker URLs (GET /load)")
+    frontends: list[str] = Field(default_factory=list, description="static frontend URLs (GET /metrics)")
+    routers: list[str] = Field(default_factory=list, description="static router URLs (GET /metrics)")
+    min_workers: int = Field(1, ge=1, le=1000, description="fewest workers")
+    max_workers: int = Field(4, ge=1, le=1000, description="most workers")
+    ttft_target_ms: float = Field(2000.0, gt=0, description="p90 time-to-first-token target (ms)")
+    itl_target_ms: float = Field(100.0, gt=0, description="p90 inter-token latency target (ms)")
+    interval_s: float = Field(15.0, gt=0, description="seconds between decisions")
+    scale_down_delay_s: float = Field(
+        300.0, ge=0, description="seconds every decision must ask for fewer workers before one goes"
+    )
+    profile: str = Field(
+        "b200-qwen3-30b-a3b-estimate",
+        description="engine profile the predictions use: a shipped name or a profile YAML file",
+    )
+    max_num_tokens: int = Field(8192, ge=1, description="the workers' prefill chunk (tokens per iteration)")
+    kv_blocks_per_worker: int | None = Field(
+        None, ge=1, description="KV blocks of one worker (default: what the workers report on /load)"
+    )
+
+    @field_validator("workers", "frontends", "routers")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        return _url_list(value, "planner source")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlannerServiceConfig:
+        if self.min_workers > self.max_workers:
+            raise ValueError(f"min_workers {self.min_workers} > max_workers {self.max_workers}")
+        if self.discovery == "kubernetes" and not self.worker_service:
+            raise ValueError("discovery kubernetes needs worker_service")
+        if self.discovery == "static" and not self.workers:
+            raise ValueError("discovery static needs workers (URLs)")
+        if self.deployment is not None and self.discovery != "kubernetes":
+            raise ValueError("deployment (scaling an AgentServingDeployment) needs discovery kubernetes")
+        return self
+
+
 C = TypeVar("C", bound=BaseModel)
 
 

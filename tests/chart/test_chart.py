@@ -20,6 +20,7 @@ from agentserve.operator.build import CHILD_KINDS
 from agentserve.operator.crd import crd
 from agentserve.ops.alerts import groups
 from agentserve.ops.dashboard import dashboard
+from agentserve.planner.access import PLANNER_ACCESS
 from kubecheck import assert_valid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +169,7 @@ _PLURAL = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "NetworkPolicy": "networkpolicies",
     "ServiceMonitor": "servicemonitors",
+    "HorizontalPodAutoscaler": "horizontalpodautoscalers",
 }
 
 
@@ -182,6 +184,10 @@ def test_rbac_covers_what_the_operator_does_and_nothing_more(sets: tuple[str, ..
     assert _allows(rules, "agentserve.dev", "agentservingdeployments/status", "patch")
     assert _allows(rules, "discovery.k8s.io", "endpointslices", "watch")  # granted on to the router
     assert _allows(rules, "", "pods", "list") and not _allows(rules, "", "pods", "create")
+    # What the planner's Role grants, the operator must hold (RBAC refuses to grant more).
+    for access in PLANNER_ACCESS:
+        for verb in access.verbs:
+            assert _allows(rules, access.group, access.resource, verb), (access.resource, verb)
     # The signing-key Secret is created, never read or changed: the operator sees no Secret's data.
     assert _allows(rules, "", "secrets", "create")
     every = [r for role in by_kind(objs, "ClusterRole") + by_kind(objs, "Role") for r in role["rules"]]

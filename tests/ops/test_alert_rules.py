@@ -98,6 +98,14 @@ def syncs(result: str) -> dict[str, str]:
     }
 
 
+def planner(max_per_min: int) -> dict[str, str]:
+    labels = f'{SEL}, component="planner", pod="coder-planner-0"'
+    return {
+        f'agentserve_planner_decisions_total{{{labels}, reason="max"}}': f"0+{max_per_min}x40",
+        f'agentserve_planner_decisions_total{{{labels}, reason="targets"}}': f"0+{4 - max_per_min}x40",
+    }
+
+
 OPERATOR = {"namespace": "agentserve-system", "pod": "agentserve-operator-0"}
 REMOVALS = f'agentserve_router_worker_removals_total{{{ROUTER}, reason="probe"}}'
 RESTARTS = f"agentserve_router_kv_restarts_total{{{ROUTER}}}"
@@ -166,6 +174,14 @@ CASES: list[Case] = [
         "the agentserve operator agentserve-operator-0 fails to reconcile",
     ),
     Case("AgentServeOperatorReconcileErrors", syncs("ok"), "35m", []),
+    Case(
+        "AgentServePlannerAtMaximum",
+        planner(4),
+        "35m",
+        [AT],
+        "coder: the planner cannot meet the latency targets even at maxWorkers",
+    ),
+    Case("AgentServePlannerAtMaximum", planner(1), "35m", []),
 ]
 
 

@@ -1,7 +1,8 @@
 """The metrics of a running stack, checked by the real promtool, and every dashboard panel evaluated on them.
 
 One process, real loopback HTTP: two sim workers (`agentserve worker`'s app, KV events over ZeroMQ),
-the router service over them and a frontend routing through it — the cluster's shape. The official SDKs
+the router service over them, a frontend routing through it and the planner reading all of them over
+HTTP (static discovery: it decides before the first two scrapes) — the cluster's shape. The official SDKs
 drive a short agent load through all three APIs (a Claude Code tool loop with its billing line and a
 retry, a streamed Chat tool call, a Responses chain through the state store, one bad request); then one
 worker stops and the router removes it. Each component's `/metrics` is scraped before the load, after
@@ -15,6 +16,7 @@ it and after the worker left, and:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import time
@@ -27,17 +29,20 @@ import httpx
 import openai
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 from promtool_runner import Promtool
 from scrapes import Target, input_series
 from sim_scenarios import ANTHROPIC_TOOLS, CHAT_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, write_scenario
 from stack import serving
 
-from agentserve.config import FrontendConfig, RouterConfig, WorkerConfig
+from agentserve.config import FrontendConfig, PlannerServiceConfig, RouterConfig, WorkerConfig
 from agentserve.frontend.app import create_app
 from agentserve.frontend.http import ApiKeys
 from agentserve.frontend.main import build_backend
 from agentserve.operator.metrics import OperatorMetrics
 from agentserve.ops import dashboard
+from agentserve.planner.service import ClusterPlanner, build_planner
+from agentserve.planner.service import create_app as planner_app
 from agentserve.router.local import LocalRouter
 from agentserve.router.service import create_app as router_app
 from agentserve.worker.main import build_engine
@@ -54,10 +59,11 @@ class Scraped:
     frontend: Target
     router: Target
     workers: list[Target]
+    planner: Target
 
     @property
     def targets(self) -> list[Target]:
-        return [self.frontend, self.router, *self.workers]
+        return [self.frontend, self.router, *self.workers, self.planner]
 
 
 def _labels(component: str, pod: str, url: str) -> dict[str, str]:
@@ -153,6 +159,18 @@ def _load(url: str) -> None:
 
 
 @contextlib.contextmanager
+def _planner(url: str, router_url: str, workers: list[str]) -> Iterator[tuple[str, ClusterPlanner]]:
+    """`agentserve planner` over the stack (static discovery: it reads, advises, scales nothing)."""
+    config = PlannerServiceConfig.model_validate(
+        {"workers": workers, "frontends": [url], "routers": [router_url], "max_workers": 4}
+    )
+    registry = CollectorRegistry()
+    planner = build_planner(config, registry=registry)
+    with serving(planner_app(planner, registry)) as (planner_url, _):
+        yield planner_url, planner
+
+
+@contextlib.contextmanager
 def _stack(tmp_path: Path) -> Iterator[tuple[str, str, list[str], contextlib.ExitStack]]:
     scenario = write_scenario(tmp_path, QWEN3_RULES, QWEN3_DEFAULT)
     worker_config = WorkerConfig.model_validate(
@@ -178,21 +196,27 @@ def _stack(tmp_path: Path) -> Iterator[tuple[str, str, list[str], contextlib.Exi
 
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory: pytest.TempPathFactory) -> Scraped:
-    with _stack(tmp_path_factory.mktemp("ops")) as (url, router_url, workers, last):
+    with (
+        _stack(tmp_path_factory.mktemp("ops")) as (url, router_url, workers, last),
+        _planner(url, router_url, workers) as (planner_url, planner),
+    ):
         result = Scraped(
             Target(_labels("frontend", "sim-frontend-0", url)),
             Target(_labels("router", "sim-router-0", router_url)),
             [Target(_labels("worker", f"sim-worker-{i}", w)) for i, w in enumerate(workers)],
+            Target(_labels("planner", "sim-planner-0", planner_url)),
         )
-        urls = [url, router_url, *workers]
+        urls = [url, router_url, *workers, planner_url]
 
         def scrape_all() -> None:
             for target, u in zip(result.targets, urls, strict=True):
                 target.scrapes.append(_scrape(u) if u not in gone else None)
 
         gone: set[str] = set()
+        assert asyncio.run(planner.step()) is not None  # the planner's interval, before each scrape
         scrape_all()
         _load(url)
+        assert asyncio.run(planner.step()) is not None
         scrape_all()
         last.close()  # the second worker goes away; the router's probes remove it
         gone.add(workers[1])
@@ -201,11 +225,14 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Scraped:
         return result
 
 
-@pytest.mark.parametrize("component", ["frontend", "router", "worker"])
+@pytest.mark.parametrize("component", ["frontend", "router", "worker", "planner"])
 def test_promtool_check_metrics_is_clean(promtool: Promtool, scraped: Scraped, component: str) -> None:
-    targets = {"frontend": [scraped.frontend], "router": [scraped.router], "worker": scraped.workers}[
-        component
-    ]
+    targets = {
+        "frontend": [scraped.frontend],
+        "router": [scraped.router],
+        "worker": scraped.workers,
+        "planner": [scraped.planner],
+    }[component]
     texts = [text for t in targets for text in t.scrapes if text is not None]
     assert texts
     for text in texts:

@@ -54,6 +54,10 @@ permission it grants in the router's Role (endpointslices), or the apiserver ref
 - apiGroups: ["agentserve.dev"]
   resources: ["agentservingdeployments/status"]
   verbs: ["get", "patch", "update"]
+# Granted on to the planner's Role (spec.autoscaling): RBAC lets the operator grant only what it holds.
+- apiGroups: ["agentserve.dev"]
+  resources: ["agentservingdeployments/scale"]
+  verbs: ["get", "patch"]
 - apiGroups: [""]
   resources: ["configmaps", "services", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
@@ -79,9 +83,14 @@ permission it grants in the router's Role (endpointslices), or the apiserver ref
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["get", "list", "watch"]
+# patch: granted on to the planner (pod-deletion-cost on the worker it would remove first).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
+# The frontend's HorizontalPodAutoscaler (spec.frontend.autoscaling).
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]

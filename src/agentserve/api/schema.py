@@ -15,7 +15,7 @@ floats (`1024.0`, as JSON Schema's `integer` does).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
@@ -84,6 +84,8 @@ Penalty = Annotated[float, Field(ge=-2, le=2)]
 class AnthropicTextBlock(_Open):
     type: Literal["text"]
     text: str
+    cache_control: Any = None
+    citations: Any = Field(None, description="citations of an earlier answer (ignored)")
 
 
 class AnthropicBase64Source(_Open):
@@ -100,11 +102,17 @@ class AnthropicUrlSource(_Open):
 class AnthropicImageBlock(_Open):
     type: Literal["image"]
     source: AnthropicBase64Source | AnthropicUrlSource
+    cache_control: Any = None
 
 
 class AnthropicTextSource(_Open):
     type: Literal["text"]
     data: str
+    media_type: str | None = None
+
+
+class AnthropicCitationsConfig(_Open):
+    enabled: Literal[False] | None = Field(None, description="`true` is refused: no citation blocks")
 
 
 class AnthropicDocumentBlock(_Open):
@@ -112,15 +120,24 @@ class AnthropicDocumentBlock(_Open):
 
     type: Literal["document"]
     source: AnthropicTextSource
+    title: str | None = None
+    context: str | None = None
+    citations: AnthropicCitationsConfig | None = None
+    cache_control: Any = None
 
 
 class AnthropicSearchResultBlock(_Open):
     type: Literal["search_result"]
+    source: str
+    title: str
     content: list[AnthropicTextBlock]
+    citations: AnthropicCitationsConfig | None = None
+    cache_control: Any = None
 
 
 class AnthropicToolReferenceBlock(_Open):
     type: Literal["tool_reference"]
+    tool_name: Any = None
 
 
 AnthropicResultContent = (
@@ -139,6 +156,7 @@ class AnthropicToolResultBlock(_Open):
     tool_use_id: str
     content: str | list[AnthropicResultContent] | None = None
     is_error: bool | None = None
+    cache_control: Any = None
 
 
 class AnthropicToolUseBlock(_Open):
@@ -146,6 +164,8 @@ class AnthropicToolUseBlock(_Open):
     id: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]+$", description="unique in the request")]
     name: NonEmpty
     input: Json
+    cache_control: Any = None
+    caller: Any = None
 
 
 class AnthropicThinkingBlock(_Open):
@@ -169,17 +189,13 @@ class AnthropicServerBlock(_Open):
     ]  # fmt: skip
 
 
-class AnthropicIgnoredUserBlock(_Open):
-    type: Literal["search_result"]
-
-
 AnthropicUserBlock = (
     AnthropicTextBlock
     | AnthropicImageBlock
     | AnthropicDocumentBlock
     | AnthropicToolResultBlock
     | AnthropicServerBlock
-    | AnthropicIgnoredUserBlock
+    | AnthropicSearchResultBlock
 )
 AnthropicAssistantBlock = (
     AnthropicTextBlock
@@ -225,12 +241,59 @@ class AnthropicCustomTool(_Open):
     name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
     input_schema: AnthropicInputSchema
+    strict: bool | None = None
+    cache_control: Any = None
+    defer_loading: Any = None
+
+
+class AnthropicClientTool(_Open):
+    """Anthropic's client-executed tools (`bash_20250124`, `text_editor_20250728`, `memory_20250818`,
+    `computer_20250124`, …): rendered with the input schema Anthropic documents; the client runs them."""
+
+    contract_tag: ClassVar[str] = "client"
+    type: Annotated[str, Field(pattern=r"^(bash|text_editor|memory|computer)_\d{8}$")]
+    name: NonEmpty
+    max_characters: Annotated[int, Field(ge=1)] | None = None
+    display_width_px: Annotated[int, Field(ge=1)] | None = None
+    display_height_px: Annotated[int, Field(ge=1)] | None = None
+    display_number: Annotated[int, Field(ge=0)] | None = None
+    cache_control: Any = None
+    strict: bool | None = None
 
 
 class AnthropicServerTool(_Open):
-    """Anthropic's own tools (`web_search_20250305`, …): accepted and ignored (we cannot run them)."""
+    """Anthropic's server-executed tools (`web_search_20250305`, …): not offered (they cannot run
+    here); a `tool_choice` naming one is a 400."""
 
-    type: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*_\d{8}$|^mcp_toolset$")]
+    type: Annotated[
+        str, Field(pattern=r"^(?!(bash|text_editor|memory|computer)_)([a-z][a-z0-9_]*_\d{8}|mcp_toolset)$")
+    ]
+
+
+class AnthropicClearToolUsesEdit(_Open):
+    type: Literal["clear_tool_uses_20250919"]
+    trigger: Json | None = Field(
+        None, description="{type: input_tokens|tool_uses, value}; default 100000 input tokens"
+    )
+    keep: Json | None = Field(None, description="{type: tool_uses, value}; default 3")
+    clear_at_least: Json | None = Field(None, description="{type: input_tokens, value}")
+    exclude_tools: list[str] | None = None
+    clear_tool_inputs: bool | list[str] | None = None
+
+
+class AnthropicClearThinkingEdit(_Open):
+    type: Literal["clear_thinking_20251015"]
+    keep: Literal["all"] | Json | None = Field(None, description="'all' or {type: thinking_turns, value}")
+
+
+class AnthropicOtherEdit(_Open):
+    """Any other edit type is refused (400)."""
+
+    type: Annotated[str, Field(pattern=r"^(?!(clear_tool_uses_20250919|clear_thinking_20251015)$)")]
+
+
+class AnthropicContextManagement(_Open):
+    edits: list[AnthropicClearToolUsesEdit | AnthropicClearThinkingEdit | AnthropicOtherEdit] | None = None
 
 
 class AnthropicToolChoiceMode(_Open):
@@ -278,7 +341,7 @@ class _AnthropicBody(_Open):
         list[AnthropicUserMessage | AnthropicAssistantMessage | AnthropicSystemMessage], Field(min_length=1)
     ]
     system: str | list[AnthropicTextBlock] | None = None
-    tools: list[AnthropicCustomTool | AnthropicServerTool] | None = None
+    tools: list[AnthropicCustomTool | AnthropicClientTool | AnthropicServerTool] | None = None
     tool_choice: AnthropicToolChoiceMode | AnthropicToolChoiceTool | None = None
     thinking: AnthropicThinkingEnabled | AnthropicThinkingAdaptive | AnthropicThinkingDisabled | None = None
     output_config: AnthropicOutputConfig | None = None
@@ -291,8 +354,13 @@ class _AnthropicBody(_Open):
     cache_control: Json | None = Field(
         None, description="accepted, ignored: the prefix cache needs no breakpoints"
     )
-    context_management: Json | None = None
+    context_management: AnthropicContextManagement | None = None
     nvext: NvExt | None = None
+    service_tier: Any = Field(None, description="ignored")
+    container: Any = Field(None, description="ignored (server tools' container)")
+    inference_geo: Any = Field(None, description="ignored")
+    mcp_servers: Any = Field(None, description="ignored: MCP servers run on Anthropic's side")
+    betas: Any = Field(None, description="ignored")
 
 
 class AnthropicMessagesRequest(_AnthropicBody):
@@ -341,10 +409,18 @@ class AnthropicMessage(_Open):
     )
     stop_sequence: str | None
     usage: AnthropicUsage
+    context_management: Json | None = Field(
+        None, description="`{applied_edits: [...]}` when the request asked for context edits"
+    )
+
+
+class AnthropicCountTokensContext(_Closed):
+    original_input_tokens: int = Field(description="before the request's context edits")
 
 
 class AnthropicCountTokensResponse(_Closed):
-    input_tokens: int
+    input_tokens: int = Field(description="after the request's context edits, as /v1/messages sends it")
+    context_management: AnthropicCountTokensContext | None = None
 
 
 class AnthropicStreamEvent(_Open):
@@ -391,6 +467,7 @@ class ChatTextPart(_Open):
 
 class ChatImageUrl(_Open):
     url: str
+    detail: Any = None
 
 
 class ChatImagePart(_Open):
@@ -414,6 +491,17 @@ class ChatToolCall(_Open):
     function: ChatFunctionCall
 
 
+class ChatCustomCall(_Open):
+    name: NonEmpty
+    input: str
+
+
+class ChatCustomToolCall(_Open):
+    id: Annotated[str, Field(min_length=1, description="unique in the request")]
+    type: Literal["custom"]
+    custom: ChatCustomCall
+
+
 class ChatLegacyFunctionCall(_Open):
     name: str
     arguments: str = "{}"
@@ -434,7 +522,7 @@ class ChatAssistantMessage(_Open):
     content: str | list[ChatTextPart | ChatRefusalPart] | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
-    tool_calls: list[ChatToolCall] | None = None
+    tool_calls: list[ChatToolCall | ChatCustomToolCall] | None = None
     function_call: ChatLegacyFunctionCall | None = None
 
 
@@ -454,6 +542,7 @@ class ChatFunctionDef(_Open):
     name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
     parameters: OpenAIParameters | None = None
+    strict: bool | None = None
 
 
 class ChatFunctionTool(_Open):
@@ -461,10 +550,23 @@ class ChatFunctionTool(_Open):
     function: ChatFunctionDef
 
 
-class ChatOtherTool(_Open):
-    """A tool of another type (`custom`, hosted): accepted and ignored."""
+class ChatCustomDef(_Open):
+    name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
+    description: str | None = None
+    format: Json | None = Field(None, description="`{type: text}`; a grammar format is refused")
 
-    type: Annotated[str, Field(pattern=r"^(?!function$)")]
+
+class ChatCustomTool(_Open):
+    """A freeform tool: the model writes one input string; calls come back as `type: custom`."""
+
+    type: Literal["custom"]
+    custom: ChatCustomDef
+
+
+class ChatOtherTool(_Open):
+    """A tool of another type is refused (400)."""
+
+    type: Annotated[str, Field(pattern=r"^(?!(function|custom)$)")]
 
 
 class ChatNamedFunction(_Open):
@@ -532,7 +634,9 @@ class ChatCompletionRequest(_Open):
         ],
         Field(min_length=1),
     ]
-    tools: Annotated[list[ChatFunctionTool | ChatOtherTool], Field(max_length=128)] | None = None
+    tools: (
+        Annotated[list[ChatFunctionTool | ChatCustomTool | ChatOtherTool], Field(max_length=128)] | None
+    ) = None
     functions: list[ChatFunctionDef] | None = None
     tool_choice: (
         Literal["auto", "none", "required"] | ChatToolChoiceFunction | ChatToolChoiceAllowed | None
@@ -557,6 +661,16 @@ class ChatCompletionRequest(_Open):
     user: str | None = None
     metadata: OpenAIMetadata | None = None
     nvext: NvExt | None = None
+    logprobs: Literal[False] | None = Field(None, description="`true` is refused (no log-probabilities)")
+    top_logprobs: None = Field(None, description="refused (no log-probabilities)")
+    logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = Field(
+        None, description="a non-empty bias is refused"
+    )
+    safety_identifier: Any = None
+    store: Any = None
+    service_tier: Any = None
+    prompt_cache_key: Any = None
+    prompt_cache_retention: Any = None
 
 
 class ChatResponseMessage(_Open):
@@ -629,6 +743,14 @@ class ResponsesRefusalPart(_Open):
 class ResponsesImagePart(_Open):
     type: Literal["input_image"]
     image_url: str = Field(description="a URL or data: URL (file_id is not supported)")
+    detail: Any = None
+
+
+class ResponsesOutputTextPart(_Open):
+    type: Literal["output_text"]
+    text: str
+    annotations: Any = None
+    logprobs: Any = None
 
 
 ResponsesPart = ResponsesTextPart | ResponsesRefusalPart | ResponsesImagePart
@@ -637,7 +759,9 @@ ResponsesPart = ResponsesTextPart | ResponsesRefusalPart | ResponsesImagePart
 class ResponsesMessageItem(_Open):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: str | list[ResponsesPart]
+    content: str | list[ResponsesOutputTextPart | ResponsesPart]
+    id: Any = None
+    status: Any = None
 
 
 class ResponsesReasoningText(_Open):
@@ -666,9 +790,61 @@ class ResponsesCustomToolCallItem(_Open):
 
 
 class ResponsesCallOutputItem(_Open):
-    type: Literal["function_call_output", "custom_tool_call_output"]
+    type: Literal["function_call_output"]
     call_id: Annotated[str, Field(description="a call earlier in the input (or the previous response)")]
     output: str | list[ResponsesPart]
+
+
+class ResponsesCustomCallOutputItem(_Open):
+    type: Literal["custom_tool_call_output"]
+    call_id: Annotated[str, Field(description="a call earlier in the input (or the previous response)")]
+    output: str | list[ResponsesPart]
+
+
+class ResponsesLocalShellCallItem(_Open):
+    type: Literal["local_shell_call"]
+    call_id: NonEmpty
+    action: Json = Field(
+        description="{type: exec, command: [argv], env, working_directory, timeout_ms, user}"
+    )
+
+
+class ResponsesLocalShellOutputItem(_Open):
+    type: Literal["local_shell_call_output"]
+    call_id: NonEmpty | None = None
+    id: NonEmpty | None = Field(None, description="the call's id when call_id is absent")
+    output: str
+
+
+class ResponsesShellCallItem(_Open):
+    type: Literal["shell_call"]
+    call_id: NonEmpty
+    action: Json = Field(description="{commands: [str], timeout_ms, max_output_length}")
+
+
+class ResponsesShellOutputItem(_Open):
+    type: Literal["shell_call_output"]
+    call_id: NonEmpty
+    output: list[Json] = Field(description="per command: {stdout, stderr, outcome}")
+
+
+class ResponsesApplyPatchCallItem(_Open):
+    type: Literal["apply_patch_call"]
+    call_id: NonEmpty
+    operation: Json = Field(description="{type: create_file|update_file|delete_file, path, diff}")
+
+
+class ResponsesApplyPatchOutputItem(_Open):
+    type: Literal["apply_patch_call_output"]
+    call_id: NonEmpty
+    status: Literal["completed", "failed"] | None = None
+    output: str | None = None
+
+
+class ResponsesItemReference(_Open):
+    """Refused (400): send the items themselves."""
+
+    type: Literal["item_reference"]
 
 
 class ResponsesHostedItem(_Open):
@@ -676,9 +852,8 @@ class ResponsesHostedItem(_Open):
 
     type: Literal[
         "web_search_call", "file_search_call", "computer_call", "computer_call_output",
-        "code_interpreter_call", "image_generation_call", "local_shell_call", "local_shell_call_output",
-        "mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "shell_call",
-        "shell_call_output", "apply_patch_call", "apply_patch_call_output", "compaction",
+        "code_interpreter_call", "image_generation_call",
+        "mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "compaction",
         "tool_search_call", "tool_search_output",
     ]  # fmt: skip
 
@@ -688,6 +863,7 @@ class ResponsesFunctionTool(_Open):
     name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
     parameters: OpenAIParameters | None = None
+    strict: bool | None = None
 
 
 class ResponsesCustomTextFormat(_Open):
@@ -709,14 +885,23 @@ class ResponsesCustomTool(_Open):
     format: ResponsesCustomTextFormat | ResponsesCustomGrammarFormat | None = None
 
 
-class ResponsesHostedTool(_Open):
-    """A hosted tool (`web_search`, …): accepted and ignored."""
+class ResponsesShellTool(_Open):
+    """OpenAI's client-executed tools: rendered to the model, their calls returned in their own items."""
 
-    type: Annotated[str, Field(pattern=r"^(?!(function|custom|namespace)$)")]
+    type: Literal["local_shell", "shell", "apply_patch"]
+
+
+_CLIENT_TYPES = "function|custom|local_shell|shell|apply_patch"
+
+
+class ResponsesHostedTool(_Open):
+    """A hosted tool (`web_search`, …): not offered (it cannot run here); tool_choice naming it: 400."""
+
+    type: Annotated[str, Field(pattern=rf"^(?!({_CLIENT_TYPES}|namespace)$)")]
 
 
 class ResponsesNamespacedHostedTool(_Open):
-    type: Annotated[str, Field(pattern=r"^(?!(function|custom)$)")]
+    type: Annotated[str, Field(pattern=rf"^(?!({_CLIENT_TYPES})$)")]
 
 
 class ResponsesNamespaceTool(_Open):
@@ -725,7 +910,13 @@ class ResponsesNamespaceTool(_Open):
     tools: list[ResponsesFunctionTool | ResponsesCustomTool | ResponsesNamespacedHostedTool] | None = None
 
 
-ResponsesTool = ResponsesFunctionTool | ResponsesCustomTool | ResponsesNamespaceTool | ResponsesHostedTool
+ResponsesTool = (
+    ResponsesFunctionTool
+    | ResponsesCustomTool
+    | ResponsesShellTool
+    | ResponsesNamespaceTool
+    | ResponsesHostedTool
+)
 
 
 class ResponsesAdditionalToolsItem(_Open):
@@ -739,7 +930,15 @@ ResponsesItem = (
     | ResponsesFunctionCallItem
     | ResponsesCustomToolCallItem
     | ResponsesCallOutputItem
+    | ResponsesCustomCallOutputItem
+    | ResponsesLocalShellCallItem
+    | ResponsesLocalShellOutputItem
+    | ResponsesShellCallItem
+    | ResponsesShellOutputItem
+    | ResponsesApplyPatchCallItem
+    | ResponsesApplyPatchOutputItem
     | ResponsesAdditionalToolsItem
+    | ResponsesItemReference
     | ResponsesHostedItem
 )
 
@@ -752,9 +951,12 @@ class ResponsesToolChoiceNamed(_Open):
 class ResponsesToolChoiceAllowed(_Open):
     type: Literal["allowed_tools"]
     mode: Literal["auto", "required"] | None = None
+    tools: list[Json] | None = None
 
 
 class ResponsesToolChoiceHosted(_Open):
+    """A client tool by type (`local_shell`, `shell`, `apply_patch`); a hosted tool's type is a 400."""
+
     type: Annotated[str, Field(pattern=r"^(?!(function|custom|allowed_tools)$)")]
 
 
@@ -817,6 +1019,13 @@ class ResponsesRequest(_Open):
     conversation: None = Field(None, description="not supported")
     prompt: None = Field(None, description="not supported")
     nvext: NvExt | None = None
+    top_logprobs: None = Field(None, description="refused (no log-probabilities)")
+    safety_identifier: Any = None
+    stream_options: Any = None
+    service_tier: Any = None
+    prompt_cache_retention: Any = None
+    client_metadata: Any = None
+    max_tool_calls: Any = None
 
 
 class ResponsesUsage(_Open):
@@ -921,7 +1130,7 @@ class ToolEventContext(_Open):
 
 class ToolEventTool(_Open):
     tool_call_id: Annotated[str, Field(pattern=_ID_PATTERN)]
-    tool_name: str | None = None
+    tool_name: Any = None
     tool_class: str | None = None
     status: str | None = Field(None, description="tool_end: succeeded/failed/cancelled; tool_error: failed")
     started_at_unix_ms: Annotated[float, Field(ge=0)] | None = None

@@ -34,7 +34,7 @@ from agentserve.api.errors import (
     NotFoundError,
     RequestTooLargeError,
 )
-from agentserve.api.request import DecodedRequest
+from agentserve.api.request import AnthropicRequest, DecodedRequest
 from agentserve.api.signing import Signer
 from agentserve.config import ApiName, FrontendConfig
 from agentserve.drain import DrainState
@@ -118,7 +118,8 @@ def _generate_route(
 
         out_headers = id_headers(request_id)
         if decoded.options.stream:
-            writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
+            # The prepared request: what the frontend did to it (context edits) is reported.
+            writer = surface.writer(prepared.request, frontend.ctx, decoded.options.model)
             return EventStreamResponse(
                 lambda write: frontend.stream(prepared, gen, writer, write),
                 headers=out_headers,
@@ -347,13 +348,18 @@ def create_app(
                     anthropic_surface, body, decoded, identity, scope=scope or ""
                 )
                 frontend.check_model(decoded.options.model)
-                tokens = len(frontend.render(decoded).token_ids)
+                edited, rendered, _ = frontend.edit_history(decoded)  # as /v1/messages sends it
+                tokens = len((rendered or frontend.render(edited)).token_ids)
+                counted: dict[str, Any] = {"input_tokens": tokens}
+                if isinstance(decoded, AnthropicRequest) and decoded.context_management is not None:
+                    original = tokens if edited is decoded else len(frontend.render(decoded).token_ids)
+                    counted["context_management"] = {"original_input_tokens": original}
             except ApiError as error:
                 return error_response(error, "anthropic", rid, close=isinstance(error, RequestTooLargeError))
             except Exception:
                 log.exception("%s: count_tokens failed", rid)
                 return error_response(InternalError(f"internal error (request {rid})"), "anthropic", rid)
-            return json_response({"input_tokens": tokens}, headers=id_headers(rid))
+            return json_response(counted, headers=id_headers(rid))
 
     # -- model discovery ---------------------------------------------------------------------------
 

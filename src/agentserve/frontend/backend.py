@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentserve.config import FrontendConfig, RouterConfig
@@ -48,6 +48,11 @@ class Backend(Protocol):
     async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
         """Route and open a request (raises `NoCapacityError`, the router's `OverloadedError`, or
         the engine's `InvalidRequestError`)."""
+        ...
+
+    def speculative_prefill(self, prompt_token_ids: Sequence[int], route: RouteRequest) -> bool:
+        """Prefill a predicted prompt in the background where `route` leads (lowest priority, one
+        token; `Dispatcher.speculative_prefill`); False when it was not started."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -153,6 +158,9 @@ class EngineBackend:
     async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
         return await self.dispatcher.generate(request, route)
 
+    def speculative_prefill(self, prompt_token_ids: Sequence[int], route: RouteRequest) -> bool:
+        return self.dispatcher.speculative_prefill(prompt_token_ids, route) is not None
+
     def describe(self) -> dict[str, Any]:
         stats = self.router.stats()
         return {
@@ -191,6 +199,11 @@ class RoutedBackend:
         if self._dispatcher is None:
             raise NoCapacityError("the frontend is still connecting to its workers")
         return await self._dispatcher.generate(request, route)
+
+    def speculative_prefill(self, prompt_token_ids: Sequence[int], route: RouteRequest) -> bool:
+        if self._dispatcher is None:
+            return False
+        return self._dispatcher.speculative_prefill(prompt_token_ids, route) is not None
 
     def describe(self) -> dict[str, Any]:
         live = sorted(self.remote.workers()) if self.remote is not None else []

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from agentserve.api.anthropic.context import apply_edits
 from agentserve.api.catalog import ModelFacts
 from agentserve.api.errors import (
     ApiError,
@@ -30,13 +31,23 @@ from agentserve.api.errors import (
 )
 from agentserve.api.identity import AgentIdentity
 from agentserve.api.memory import CallMemory, call_scope
-from agentserve.api.request import DecodedRequest
+from agentserve.api.request import AnthropicRequest, DecodedRequest, ResponsesRequest
 from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName, FrontendConfig
 from agentserve.constraints.spec import Constraint
-from agentserve.conversation import FinishReason, OutputEvent, ToolCallEnd, ToolCallStart, Usage
+from agentserve.conversation import (
+    Conversation,
+    FinishReason,
+    Message,
+    OutputEvent,
+    Text,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolResult,
+    Usage,
+)
 from agentserve.frontend.backend import Backend
 from agentserve.frontend.constrain import Constrainer
 from agentserve.frontend.generate import Generation
@@ -66,13 +77,14 @@ from agentserve.frontend.surfaces import (
     last_resort_frames,
     stream_response_id,
 )
+from agentserve.frontend.truncate import truncate_oldest
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
 from agentserve.prompt.hashing import block_hashes
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, is_agent_traffic, render_prompt
 from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
 from agentserve.prompt.session import conversation_key, key_after
-from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice_any
+from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice, splice_any
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
@@ -121,6 +133,14 @@ class Prepared:
         # The name the client asked for: the real APIs answer with the model the client named (or
         # its resolved snapshot); harnesses send their own names and some compare them.
         return self.request.options.model
+
+
+# Stands in for the next message's content when predicting the next prompt (never sent).
+_NEXT = "\u2063agentserve-next-turn\u2063"
+
+
+def _truncates(request: DecodedRequest) -> bool:
+    return isinstance(request, ResponsesRequest) and request.truncation == "auto"
 
 
 def error_frames(api: ApiName, writer: StreamWriter, error: ApiError, request_id: str) -> bytes:
@@ -224,7 +244,7 @@ class Frontend:
         await self.state.prefetch_turns(surface.name, body, memory_scope)
         return surface.restore(request, self.ctx, memory_scope)
 
-    def render(self, request: DecodedRequest) -> RenderedPrompt:
+    def render(self, request: DecodedRequest, *, add_generation_prompt: bool = True) -> RenderedPrompt:
         """The prompt exactly as the real request renders it (count_tokens uses this too)."""
         if self.constrainer.drops_tools(request):
             # tool_choice none: the family's template renders no tool preamble for no tools.
@@ -237,11 +257,51 @@ class Frontend:
                 enable_thinking=options.reasoning.enabled,
                 template_kwargs=options.template_kwargs or None,
                 reasoning_effort=options.reasoning.level,
+                add_generation_prompt=add_generation_prompt,
             )
         except PromptError as exc:
             raise InvalidRequestError(str(exc)) from None
         except RecursionError:
             raise InvalidRequestError("the request is nested too deeply to render") from None
+
+    def edit_history(self, request: DecodedRequest) -> tuple[DecodedRequest, RenderedPrompt | None, bool]:
+        """The request with the context edits it asks for (Anthropic `context_management`) applied
+        to its history; the prompt of the result when measuring it rendered it already (no second
+        render); whether any edit was applied (the prefix then changes on purpose)."""
+        if not isinstance(request, AnthropicRequest) or request.context_management is None:
+            return request, None, False
+        base = request
+        rendered: list[tuple[Conversation, RenderedPrompt]] = []  # what measuring rendered
+
+        def count(conversation: Conversation) -> int:
+            prompt = self.render(replace(base, conversation=conversation))
+            rendered.append((conversation, prompt))
+            return len(prompt.token_ids)
+
+        conversation, applied = apply_edits(request.conversation, request.context_management, count)
+        if applied:
+            request = replace(request, conversation=conversation, applied_edits=applied)
+        prompt = next((p for c, p in rendered if c is conversation), None)
+        return request, prompt, bool(applied)
+
+    def truncate(
+        self, request: DecodedRequest, prompt: RenderedPrompt
+    ) -> tuple[DecodedRequest, RenderedPrompt, bool]:
+        """Responses `truncation: auto`: the oldest items dropped until the prompt fits the window
+        (whole units: a call keeps its result); unchanged when nothing fits (the budget's 400)."""
+        base = request
+
+        def fits(conversation: Conversation) -> bool:
+            rendered = self.render(replace(base, conversation=conversation))
+            return len(rendered.token_ids) < self.context_window
+
+        found = truncate_oldest(request.conversation, fits)
+        if found is None:
+            return request, prompt, False
+        conversation, dropped = found
+        log.info("truncation auto: dropped the %d oldest messages to fit the context window", dropped)
+        request = replace(request, conversation=conversation)
+        return request, self.render(request), True
 
     def trace(
         self,
@@ -279,10 +339,14 @@ class Frontend:
             restored = self.answers.restore(replaying, request.conversation)
             if restored is not request.conversation:
                 request = replace(request, conversation=restored)
-        prompt = self.render(request)
+        request, prompt_of_edits, edited = self.edit_history(request)
+        prompt = prompt_of_edits or self.render(request)
+        if len(prompt.token_ids) >= self.context_window and _truncates(request):
+            request, prompt, cut = self.truncate(request, prompt)
+            edited = edited or cut
         canonical = prompt.text
         extends = None
-        if replaying is not None:
+        if replaying is not None and not edited:  # an edited history extends no earlier turn
             prompt, extends = splice_any(prompt, self.replay.get(replaying), self.pipeline)
         requested = request.options.max_tokens
         max_tokens = output_budget(
@@ -292,7 +356,7 @@ class Frontend:
             request, starts_in_reasoning=prompt.starts_in_reasoning, max_tokens=max_tokens
         )
         drift = previous_prompt = None
-        if session is not None:
+        if session is not None and not edited:  # an applied edit changes the prefix on purpose: not drift
             drift = self.drift.check(session, prompt.token_ids)
             previous_prompt = self._prompt_lengths.get(session)
             if drift is not None and drift.drifted:
@@ -472,6 +536,8 @@ class Frontend:
         self._tree_turn_ended(p, gen, events, calls=calls, first_turn=first_turn, reply=reply)
         if session is not None:
             self._remember_session(p, gen, events, session, calls=calls, turn=reply)
+        if p.request.nvext.agent_hints.speculative_prefill and not p.discard_output:
+            self.speculate(p, gen, reply or TurnAccumulator().feed_all(events), session)
         if turn is not None:
             # The call memory's scope is the one the next request of this conversation will show.
             memory_scope = call_scope(p.scope, session)
@@ -561,6 +627,44 @@ class Frontend:
                 pass
         except Exception as exc:  # a retention update is a hint: losing one costs cache, nothing else
             log.info("retention update %s skipped: %s", request.request_id, exc)
+
+    def speculate(
+        self, p: Prepared, gen: Generation, reply: TurnAccumulator, session: str | None
+    ) -> RenderedPrompt | None:
+        """`nvext.agent_hints.speculative_prefill`: prefill the predicted next prompt — this prompt as
+        sent, the output as generated, then what the template writes after the turn — on the worker
+        the next turn will be routed to (same session), while the client runs its tools. Returns the
+        prediction when a warm-up was started."""
+        request = p.request
+        answer = reply.message(self.ctx.signer)
+        # After calls the next message is certainly their results: render them with a marker and
+        # keep what precedes it (the results' header is predicted too).
+        results = tuple(
+            Message("tool", (ToolResult(c.id, (Text(_NEXT),), False, c.name),)) for c in answer.tool_calls
+        )
+        history = (*request.conversation.messages, answer, *results)
+        try:
+            rendered = self.render(
+                replace(request, conversation=replace(request.conversation, messages=history)),
+                add_generation_prompt=False,
+            )
+        except ApiError:
+            return None
+        cut = rendered.text.find(_NEXT)
+        if cut >= 0:
+            rendered = replace(rendered, text=rendered.text[:cut])
+        # The next prompt starts with this one as sent and the output as generated (exact replay).
+        spliced = splice(rendered, Produced.of(p.canonical, p.prompt, gen.generated), self.pipeline)
+        ids = (
+            spliced.token_ids if spliced is not None else tuple(self.pipeline.tokenizer.encode(rendered.text))
+        )
+        # The text was cut mid-prompt: its last token may merge with what follows in the real one.
+        ids = ids[:-1] if cut >= 0 else ids
+        hashes = tuple(block_hashes(ids, self.pipeline.block_size, self.pipeline.hash_seed))
+        if not self.backend.speculative_prefill(ids, route_request(request, hashes, len(ids), session)):
+            return None
+        log.debug("%s: speculative prefill of %d tokens", p.request_id, len(ids))
+        return replace(rendered, token_ids=ids, block_hashes=hashes)
 
     def _remember_session(
         self,

@@ -18,9 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from agentserve.api import anthropic, chat, responses
+from agentserve.api.anthropic.context import applied_json
 from agentserve.api.errors import ApiError, ApiKind
 from agentserve.api.memory import CallMemory, restore_history
-from agentserve.api.request import DecodedRequest, ResponsesRequest
+from agentserve.api.request import AnthropicRequest, DecodedRequest, ResponsesRequest
 from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
 from agentserve.api.sse import DONE, PING_COMMENT, dumps
@@ -149,9 +150,20 @@ class AnthropicSurface:
     def _omit(request: DecodedRequest) -> bool:
         return request.options.reasoning.display == "omitted"
 
+    @staticmethod
+    def _context_management(request: DecodedRequest) -> dict[str, Any] | None:
+        """`{applied_edits: […]}` for a request that asked for context edits (None otherwise)."""
+        if not isinstance(request, AnthropicRequest) or request.context_management is None:
+            return None
+        return applied_json(request.applied_edits)
+
     def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
         encoder = anthropic.AnthropicStreamEncoder(
-            model, signer=ctx.signer, dispatch=ctx.dispatch, omit_thinking=self._omit(request)
+            model,
+            signer=ctx.signer,
+            dispatch=ctx.dispatch,
+            omit_thinking=self._omit(request),
+            context_management=self._context_management(request),
         )
         return _AnthropicWriter(encoder)
 
@@ -159,7 +171,12 @@ class AnthropicSurface:
         self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
     ) -> tuple[dict[str, Any], str]:
         body = anthropic.build_message(
-            turn, model=model, signer=ctx.signer, stop_sequence=stop, omit_thinking=self._omit(request)
+            turn,
+            model=model,
+            signer=ctx.signer,
+            stop_sequence=stop,
+            omit_thinking=self._omit(request),
+            context_management=self._context_management(request),
         )
         return body, body["id"]
 
@@ -214,14 +231,17 @@ class ChatSurface:
 
     def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
         encoder = chat.ChatStreamEncoder(
-            model, include_usage=request.options.include_usage, dispatch=ctx.dispatch
+            model,
+            include_usage=request.options.include_usage,
+            dispatch=ctx.dispatch,
+            custom_tools=request.custom_tools,
         )
         return _ChatWriter(encoder)
 
     def build(
         self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
     ) -> tuple[dict[str, Any], str]:
-        body = chat.build_chat_completion(turn, model=model)
+        body = chat.build_chat_completion(turn, model=model, custom_tools=request.custom_tools)
         return body, body["id"]
 
     def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:

@@ -107,7 +107,8 @@ def attach_planner(config: UpConfig, app: FastAPI, backend: EngineBackend, pipel
     from dataclasses import replace
 
     from agentserve.planner.decide import PlannerConfig
-    from agentserve.planner.local import FrontendReadings, LocalPlanner, PlannerMetrics
+    from agentserve.planner.local import FrontendReadings, LocalPlanner
+    from agentserve.planner.metrics import PlannerMetrics
     from agentserve.worker.engines.sim import SimEngine
     from agentserve.worker.main import sim_timing
 

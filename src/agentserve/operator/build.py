@@ -21,7 +21,13 @@ import yaml
 from pydantic import BaseModel
 
 from agentserve import __version__
-from agentserve.config import FrontendConfig, RouterConfig, WorkerConfig, config_to_yaml
+from agentserve.config import (
+    FrontendConfig,
+    PlannerServiceConfig,
+    RouterConfig,
+    WorkerConfig,
+    config_to_yaml,
+)
 from agentserve.operator.spec import (
     API_VERSION,
     KIND,
@@ -29,16 +35,22 @@ from agentserve.operator.spec import (
     AgentServingDeploymentSpec,
     ComponentSpec,
 )
+from agentserve.planner.access import role_rules
+from agentserve.worker.profiles import DEFAULT_PROFILE
 
 Component = Literal["frontend", "router", "worker"]
 COMPONENTS: tuple[Component, ...] = ("frontend", "router", "worker")
+# The planner runs only with spec.autoscaling: a part of the deployment, not one of the components
+# every deployment has (status, PDBs and the config mappings are about those three).
+Part = Literal["frontend", "router", "worker", "planner"]
+PLANNER: Part = "planner"
 CONFIG_MODELS: dict[Component, type[BaseModel]] = {
     "frontend": FrontendConfig,
     "router": RouterConfig,
     "worker": WorkerConfig,
 }
 
-PORTS: dict[Component, int] = {"frontend": 8000, "router": 8100, "worker": 8200}
+PORTS: dict[Part, int] = {"frontend": 8000, "router": 8100, "worker": 8200, "planner": 8300}
 KV_EVENTS_PORT = 5557
 CONFIG_DIR = "/etc/agentserve"
 MODEL_DIR = "/models"
@@ -53,6 +65,8 @@ DRAIN_DELAY: dict[str, float] = {"frontend": 5.0, "router": 0.0, "worker": 2.0}
 SECRET_FILE_MODE = 0o440  # owner root, group fsGroup (the frontend's): read-only, nobody else
 TRACE_DIR = "/var/lib/agentserve/traces"
 TEMPLATE_DIR = "/etc/agentserve/chat-template"
+PROFILE_DIR = "/etc/agentserve/profile"
+PROFILE_FILE = "profile.yaml"
 LLM_API_OPTIONS_KEY = "llm-api-options.yaml"
 INLINE_TEMPLATE_KEY = "chat-template.jinja"
 RUN_AS = 1000
@@ -77,7 +91,7 @@ class Target:
     namespace: str
     uid: str | None = None
 
-    def child(self, component: Component) -> str:
+    def child(self, component: Part) -> str:
         return f"{self.name}-{component}"
 
     @property
@@ -608,17 +622,64 @@ def config_files(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, 
         files[LLM_API_OPTIONS_KEY] = yaml.safe_dump(spec.workers.llm_api_options, sort_keys=True)
     if spec.model.chat_template is not None and spec.model.chat_template.inline is not None:
         files[INLINE_TEMPLATE_KEY] = spec.model.chat_template.inline
+    planner = planner_config(spec, target)
+    if planner is not None:
+        files[f"{PLANNER}.yaml"] = config_to_yaml(planner)
     return files
 
 
-_FILES_READ: dict[Component, tuple[str, ...]] = {
+def planner_profile(spec: AgentServingDeploymentSpec) -> str:
+    """The profile the planner predicts with: a mounted ConfigMap key, the named one, the sim
+    workers' own, else the default."""
+    scaling = spec.autoscaling
+    if scaling is not None and scaling.profile_config_map is not None:
+        return posixpath.join(PROFILE_DIR, PROFILE_FILE)
+    if scaling is not None and scaling.profile is not None:
+        return scaling.profile
+    if spec.workers.engine == "sim" and spec.workers.sim is not None:
+        return spec.workers.sim.profile
+    return DEFAULT_PROFILE
+
+
+def planner_config(spec: AgentServingDeploymentSpec, target: Target) -> PlannerServiceConfig | None:
+    """`agentserve planner`'s configuration for `spec.autoscaling` (None without it)."""
+    scaling = spec.autoscaling
+    if scaling is None:
+        return None
+    options = spec.workers.llm_api_options or {}
+    chunk = options.get("max_num_tokens")
+    if not (isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1):
+        chunk = WorkerConfig.model_fields["max_num_tokens"].default
+    return PlannerServiceConfig.model_validate(
+        {
+            "port": PORTS["planner"],
+            "discovery": "kubernetes",
+            "namespace": target.namespace,
+            "deployment": target.name,
+            "worker_service": target.child("worker"),
+            "frontend_service": target.child("frontend"),
+            "router_service": target.child("router"),
+            "min_workers": scaling.min_workers,
+            "max_workers": scaling.max_workers,
+            "ttft_target_ms": scaling.ttft_target_ms,
+            "itl_target_ms": scaling.itl_target_ms,
+            "interval_s": scaling.interval_seconds,
+            "scale_down_delay_s": scaling.scale_down_delay_seconds,
+            "profile": planner_profile(spec),
+            "max_num_tokens": int(chunk),
+        }
+    )
+
+
+_FILES_READ: dict[Part, tuple[str, ...]] = {
     "frontend": ("frontend.yaml", INLINE_TEMPLATE_KEY),
     "router": ("router.yaml",),
     "worker": ("worker.yaml", LLM_API_OPTIONS_KEY),
+    "planner": ("planner.yaml",),
 }
 
 
-def config_hash(files: dict[str, str], component: Component) -> str:
+def config_hash(files: dict[str, str], component: Part) -> str:
     """Hash of the files a component reads: a change rolls that component's pods, and only those."""
     digest = hashlib.sha256()
     for key in _FILES_READ[component]:
@@ -630,11 +691,11 @@ def config_hash(files: dict[str, str], component: Component) -> str:
 # ------------------------------------------------------------------------------------- objects
 
 
-def selector_labels(target: Target, component: Component) -> dict[str, str]:
+def selector_labels(target: Target, component: Part) -> dict[str, str]:
     return {L_NAME: "agentserve", L_INSTANCE: target.name, L_COMPONENT: component}
 
 
-def labels(target: Target, component: Component | None = None) -> dict[str, str]:
+def labels(target: Target, component: Part | None = None) -> dict[str, str]:
     out = {
         L_NAME: "agentserve",
         L_INSTANCE: target.name,
@@ -657,7 +718,7 @@ def worker_selector(name: str) -> str:
     return f"{L_NAME}=agentserve,{L_INSTANCE}={name},{L_COMPONENT}=worker"
 
 
-def object_meta(target: Target, name: str, component: Component | None = None) -> dict[str, Any]:
+def object_meta(target: Target, name: str, component: Part | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": target.namespace, "labels": labels(target, component)}
     if target.uid:
         meta["ownerReferences"] = [
@@ -673,7 +734,7 @@ def object_meta(target: Target, name: str, component: Component | None = None) -
     return meta
 
 
-def default_image(component: Component, spec: AgentServingDeploymentSpec) -> str:
+def default_image(component: Part, spec: AgentServingDeploymentSpec) -> str:
     if component == "worker" and spec.workers.engine == "trtllm":
         return f"{IMAGE_REPOSITORY}/worker-trtllm:{__version__}"
     return f"{IMAGE_REPOSITORY}/agentserve:{__version__}"
@@ -959,12 +1020,16 @@ def _deployment(
     if component == "worker":
         # A model load can take hours: only a rollout slower than the startup timeout is stuck.
         body["progressDeadlineSeconds"] = spec.workers.startup_timeout_seconds + 600
+    if component == "frontend" and spec.frontend.autoscaling is not None:
+        replicas: dict[str, Any] = {}  # the HorizontalPodAutoscaler owns them
+    else:
+        replicas = {"replicas": cs.replicas}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": object_meta(target, target.child(component), component),
         "spec": {
-            "replicas": cs.replicas,
+            **replicas,
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(target, component)},
             "strategy": strategy,
@@ -1082,35 +1147,179 @@ def _state_objects(spec: AgentServingDeploymentSpec, target: Target) -> list[dic
     return [service, {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": dict(meta), "spec": sts}]
 
 
-def _router_rbac(target: Target) -> list[dict[str, Any]]:
-    name = target.child("router")
+def _rbac(target: Target, part: Part, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A ServiceAccount NAME-part, its Role with `rules` and the binding."""
+    name = target.child(part)
     return [
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": object_meta(target, name, "router"),
+            "metadata": object_meta(target, name, part),
             "automountServiceAccountToken": True,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": object_meta(target, name, "router"),
-            "rules": [
-                {
-                    "apiGroups": ["discovery.k8s.io"],
-                    "resources": ["endpointslices"],
-                    "verbs": ["get", "list", "watch"],
-                }
-            ],
+            "metadata": object_meta(target, name, part),
+            "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": object_meta(target, name, "router"),
+            "metadata": object_meta(target, name, part),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": target.namespace}],
         },
     ]
+
+
+def _router_rbac(target: Target) -> list[dict[str, Any]]:
+    rules = [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    return _rbac(target, "router", rules)
+
+
+def _planner_objects(
+    spec: AgentServingDeploymentSpec, target: Target, files: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The planner (spec.autoscaling): its least-privilege Role (agentserve.planner.access), one pod
+    (one writer of the worker count: Recreate, never two at once) and a Service for its /metrics."""
+    scaling = spec.autoscaling
+    assert scaling is not None
+    name = target.child(PLANNER)
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "config",
+            "configMap": {
+                "name": target.config_map,
+                "items": [{"key": "planner.yaml", "path": "planner.yaml"}],
+            },
+        },
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if scaling.profile_config_map is not None:
+        ref = scaling.profile_config_map
+        volumes.append(
+            {
+                "name": "profile",
+                "configMap": {"name": ref.name, "items": [{"key": ref.key, "path": PROFILE_FILE}]},
+            }
+        )
+        mounts.append({"name": "profile", "mountPath": PROFILE_DIR, "readOnly": True})
+    container: dict[str, Any] = {
+        "name": PLANNER,
+        "image": scaling.image or default_image(PLANNER, spec),
+        "command": ["agentserve", PLANNER],
+        "args": ["--config", posixpath.join(CONFIG_DIR, "planner.yaml")],
+        "ports": [{"name": "http", "containerPort": PORTS["planner"], "protocol": "TCP"}],
+        "env": [
+            _field_env("POD_NAME", "metadata.name"),
+            _field_env("POD_NAMESPACE", "metadata.namespace"),
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
+        "volumeMounts": mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "startupProbe": _http_probe("/health", "http", 2, 2, 150),
+        "livenessProbe": _http_probe("/health", "http", 10, 5, 3),
+        "readinessProbe": _http_probe("/ready", "http", 5, 3, 2),
+    }
+    if scaling.image_pull_policy:
+        container["imagePullPolicy"] = scaling.image_pull_policy
+    if scaling.resources is not None and (scaling.resources.limits or scaling.resources.requests):
+        container["resources"] = {
+            k: dict(v)
+            for k, v in (("limits", scaling.resources.limits), ("requests", scaling.resources.requests))
+            if v
+        }
+    pod: dict[str, Any] = {
+        "serviceAccountName": name,
+        "automountServiceAccountToken": True,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if scaling.node_selector:
+        pod["nodeSelector"] = dict(scaling.node_selector)
+    if scaling.tolerations:
+        pod["tolerations"] = [dict(t) for t in scaling.tolerations]
+    annotations = {CONFIG_HASH_ANNOTATION: config_hash(files, PLANNER)}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": object_meta(target, name, PLANNER),
+        "spec": {
+            "replicas": 1,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector_labels(target, PLANNER)},
+            "strategy": {"type": "Recreate"},
+            "template": {
+                "metadata": {"labels": labels(target, PLANNER), "annotations": annotations},
+                "spec": pod,
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": object_meta(target, name, PLANNER),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(target, PLANNER),
+            "ports": [{"name": "http", "port": PORTS["planner"], "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    return [*_rbac(target, PLANNER, role_rules(target.name)), deployment, service]
+
+
+def _frontend_autoscaler(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, Any]:
+    """A HorizontalPodAutoscaler on the frontend Deployment's CPU (spec.frontend.autoscaling)."""
+    scaling = spec.frontend.autoscaling
+    assert scaling is not None
+    name = target.child("frontend")
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": object_meta(target, name, "frontend"),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": scaling.min_replicas,
+            "maxReplicas": scaling.max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {
+                            "type": "Utilization",
+                            "averageUtilization": scaling.target_cpu_utilization_percent,
+                        },
+                    },
+                }
+            ],
+        },
+    }
 
 
 def _network_policy(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, Any]:
@@ -1203,6 +1412,10 @@ def build(
     objects += [_service(spec, target, c) for c in COMPONENTS]
     objects += [_deployment(spec, target, c, files) for c in COMPONENTS]
     objects += [_pdb(target, c) for c in COMPONENTS]
+    if spec.autoscaling is not None:
+        objects += _planner_objects(spec, target, files)
+    if spec.frontend.autoscaling is not None:
+        objects.append(_frontend_autoscaler(spec, target))
     if spec.network_policy.enabled:
         objects.append(_network_policy(spec, target))
     if spec.observability.service_monitor.enabled:
@@ -1222,4 +1435,5 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
 )

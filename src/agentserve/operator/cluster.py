@@ -149,7 +149,7 @@ class KubeCluster:
 
     # -------------------------------------------------------------------------------- plumbing
 
-    def _request(
+    def request(
         self,
         method: str,
         path: str,
@@ -191,7 +191,7 @@ class KubeCluster:
 
     def _group_version(self, api_version: str) -> dict[str, Any] | None:
         try:
-            listing = self._request("GET", _base(api_version))
+            listing = self.request("GET", _base(api_version))
         except ClusterError as exc:
             if exc.status == 404:
                 return None
@@ -213,7 +213,7 @@ class KubeCluster:
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
         path = self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
-        out = self._request(
+        out = self.request(
             "PATCH",
             path,
             query=[("fieldManager", self._field_manager), ("force", "true")],
@@ -225,7 +225,7 @@ class KubeCluster:
     def create(self, obj: dict[str, Any]) -> bool:
         path = self._path(obj["apiVersion"], obj["kind"], obj["metadata"].get("namespace"))
         try:
-            self._request(
+            self.request(
                 "POST",
                 path,
                 query=[("fieldManager", self._field_manager)],
@@ -240,7 +240,7 @@ class KubeCluster:
 
     def delete(self, ref: ObjectRef) -> None:
         try:
-            self._request(
+            self.request(
                 "DELETE",
                 self._path(ref.api_version, ref.kind, ref.namespace, ref.name),
                 body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
@@ -256,7 +256,7 @@ class KubeCluster:
     def _list(self, api_version: str, kind: str, namespace: str | None, label_selector: str = "") -> Objects:
         query = [("labelSelector", label_selector)] if label_selector else []
         try:
-            out = self._request("GET", self._path(api_version, kind, namespace), query=query)
+            out = self.request("GET", self._path(api_version, kind, namespace), query=query)
         except ClusterError as exc:
             if exc.status == 404:  # the collection itself is gone (its CRD was deleted)
                 self._discovery.forget(api_version)
@@ -275,14 +275,14 @@ class KubeCluster:
 
     def get_owner(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(self._request("GET", self._path(API_VERSION, KIND, namespace, name)))
+            return dict(self.request("GET", self._path(API_VERSION, KIND, namespace, name)))
         except ClusterError as exc:
             if exc.status == 404:
                 return None
             raise
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self._request(
+        self.request(
             "PATCH",
             self._path(API_VERSION, KIND, namespace, name) + "/status",
             body={"status": status},

@@ -174,6 +174,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Workers", "type": "string", "jsonPath": ".status.workersReady"},
     {"name": "Engine", "type": "string", "jsonPath": ".spec.workers.engine", "priority": 1},
     {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 1},
+    {
+        "name": "Scaling",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Autoscaling")].reason',
+        "priority": 1,
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

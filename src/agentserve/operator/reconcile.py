@@ -29,7 +29,7 @@ from agentserve.operator.build import (
     signing_key_source,
     worker_selector,
 )
-from agentserve.operator.spec import GROUP, AgentServingDeploymentSpec
+from agentserve.operator.spec import AUTOSCALING_CONDITION, GROUP, AgentServingDeploymentSpec
 
 CONDITION_OF: dict[Component, str] = {
     "frontend": "FrontendReady",
@@ -321,6 +321,11 @@ def compute_status(
         overall = Verdict(False, "ComponentsNotReady", "; ".join(waiting))
     conditions = [_condition("Ready", overall, generation, old, now)]
     conditions += [_condition(CONDITION_OF[c], verdicts[c], generation, old, now) for c in COMPONENTS]
+    # The planner writes its own condition; a status write here replaces the list, so carry it over
+    # while the spec still asks for a planner (and drop it once autoscaling is removed).
+    planner = old.get(AUTOSCALING_CONDITION)
+    if planner is not None and (spec is None or spec.autoscaling is not None):
+        conditions.append(dict(planner))
 
     status: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
     for c in COMPONENTS:

@@ -369,6 +369,24 @@ class ServiceSpec(_Spec):
     annotations: dict[str, str] = Field(default_factory=dict, description="Service annotations")
 
 
+class FrontendAutoscalingSpec(_Spec):
+    """A HorizontalPodAutoscaler on the frontend Deployment's CPU (it then owns frontend replicas)."""
+
+    min_replicas: int = Field(1, ge=1, le=1000, description="fewest frontend pods")
+    max_replicas: int = Field(ge=1, le=1000, description="most frontend pods")
+    target_cpu_utilization_percent: int = Field(
+        70, ge=1, le=100, description="average CPU use, as a share of the pods' CPU request, to hold"
+    )
+
+    rules = (
+        Rule(
+            "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+            "minReplicas must not exceed maxReplicas",
+            lambda s: s.min_replicas <= s.max_replicas,
+        ),
+    )
+
+
 class FrontendSpec(ComponentSpec):
     """The HTTP frontend (Anthropic Messages, Chat Completions, Responses)."""
 
@@ -381,6 +399,20 @@ class FrontendSpec(ComponentSpec):
         description="frontend processes per pod (one core each); unset: the pod's CPU limit, else its "
         "request, rounded down (at least 1), when the state is shared (state.managed or state.urlSecret), "
         "else 1",
+    )
+    autoscaling: FrontendAutoscalingSpec | None = Field(
+        None,
+        description="scale frontend pods on CPU with a HorizontalPodAutoscaler (replaces replicas; needs "
+        "resources.requests.cpu)",
+    )
+
+    rules = (
+        Rule(
+            "!has(self.autoscaling) || (has(self.resources) && has(self.resources.requests) && "
+            "'cpu' in self.resources.requests)",
+            "frontend.autoscaling needs frontend.resources.requests.cpu (CPU utilization is relative to it)",
+            lambda s: s.autoscaling is None or (s.resources is not None and "cpu" in s.resources.requests),
+        ),
     )
 
 
@@ -570,6 +602,59 @@ _SHADOWED_KV_OPTIONS = {
 }
 
 
+AUTOSCALING_CONDITION = "Autoscaling"  # the planner's condition on the CR (docs/planner.md)
+
+
+class AutoscalingSpec(_Spec):
+    """The planner: scales the workers between minWorkers and maxWorkers to hold the TTFT and ITL
+    targets, never below what the KV retained for agent sessions needs (docs/planner.md). It writes
+    workers.replicas through the scale subresource."""
+
+    min_workers: int = Field(1, ge=1, le=1000, description="fewest workers")
+    max_workers: int = Field(ge=1, le=1000, description="most workers")
+    ttft_target_ms: float = Field(2000.0, gt=0, description="p90 time-to-first-token target (ms)")
+    itl_target_ms: float = Field(100.0, gt=0, description="p90 inter-token latency target (ms)")
+    interval_seconds: float = Field(15.0, ge=1, le=3600, description="seconds between decisions")
+    scale_down_delay_seconds: float = Field(
+        300.0,
+        ge=0,
+        le=86400,
+        description="seconds every decision must ask for fewer workers before one is removed",
+    )
+    profile: ProfileName | None = Field(
+        None,
+        description="engine profile the planner predicts with (default: workers.sim.profile for the sim, "
+        "else the default profile); see docs/worker.md, Engine profiles",
+    )
+    profile_config_map: ConfigMapKeyRef | None = Field(
+        None,
+        description="a ConfigMap key holding a profile YAML (agentserve profile / scripts/gpu-smoke "
+        "profile write one) instead of a shipped profile",
+    )
+    image: str | None = Field(None, max_length=512, description="planner image (default: agentserve's)")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None, description="pull policy"
+    )
+    resources: ResourceRequirements | None = Field(None, description="the planner container's resources")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="node selector of the planner pod"
+    )
+    tolerations: list[FreeForm] = Field(default_factory=list, description="tolerations of the planner pod")
+
+    rules = (
+        Rule(
+            "!has(self.minWorkers) || self.minWorkers <= self.maxWorkers",
+            "minWorkers must not exceed maxWorkers",
+            lambda s: s.min_workers <= s.max_workers,
+        ),
+        Rule(
+            "!(has(self.profile) && has(self.profileConfigMap))",
+            "set profile (a shipped profile) or profileConfigMap (your own), not both",
+            lambda s: s.profile is None or s.profile_config_map is None,
+        ),
+    )
+
+
 class NodePool(_Spec):
     """Where GPU worker pods run: B200 nodes by default. Frontend, router and sim workers stay off them."""
 
@@ -719,6 +804,10 @@ class AgentServingDeploymentSpec(_Spec):
     frontend: FrontendSpec = Field(FrontendSpec.model_validate({}), description="the frontend pods")
     router: RouterSpec = Field(RouterSpec.model_validate({}), description="the router pods")
     workers: WorkersSpec = Field(WorkersSpec.model_validate({}), description="the worker pods")
+    autoscaling: AutoscalingSpec | None = Field(
+        None,
+        description="the planner: scales workers.replicas to hold TTFT/ITL targets (unset: fixed replicas)",
+    )
     node_pool: NodePool = Field(
         NodePool.model_validate({}), description="where worker pods run (B200 by default)"
     )
@@ -763,6 +852,16 @@ class AgentServingDeploymentSpec(_Spec):
             "would otherwise keep its own stored responses and remembered turns",
             lambda s: (s.frontend.processes or 1) <= 1 or s.state.shared,
         ),
+        Rule(
+            "!has(self.frontend) || !has(self.frontend.autoscaling) || "
+            "self.frontend.autoscaling.maxReplicas <= 1 || "
+            "(has(self.state) && (has(self.state.urlSecret) || has(self.state.managed)))",
+            "frontend.autoscaling.maxReplicas > 1 needs shared state (state.managed or state.urlSecret): a "
+            "previous_response_id or a restored turn is otherwise found only on the replica that made it",
+            lambda s: (
+                s.frontend.autoscaling is None or s.frontend.autoscaling.max_replicas <= 1 or s.state.shared
+            ),
+        ),
     )
 
     def resolved_gpus_per_worker(self) -> int:
@@ -790,7 +889,10 @@ ROOT_RULES: tuple[Rule, ...] = (
 
 
 class Condition(_Spec):
-    type: str = Field(max_length=316, description="Ready, FrontendReady, RouterReady or WorkersReady")
+    type: str = Field(
+        max_length=316,
+        description="Ready, FrontendReady, RouterReady, WorkersReady or Autoscaling (the planner)",
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown")
     reason: str = Field(max_length=1024, description="CamelCase cause, e.g. Unschedulable, InvalidSpec")
     message: str = Field("", max_length=32768, description="what a person should know, with the pod or field")

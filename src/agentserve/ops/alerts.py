@@ -143,6 +143,17 @@ ALERTS: tuple[Alert, ...] = (
         "30 minutes. Each loses that worker's KV cache and moves its streams.",
     ),
     Alert(
+        "AgentServePlannerAtMaximum",
+        f'sum by ({BY}) (rate(agentserve_planner_decisions_total{{reason="max"}}[15m]))\n'
+        f"/ sum by ({BY}) (rate(agentserve_planner_decisions_total[15m]))\n> 0.5",
+        "15m",
+        "warning",
+        "{{ $labels.deployment }}: the planner cannot meet the latency targets even at maxWorkers",
+        "For 15 minutes most of the planner's decisions predicted TTFT or ITL over target at "
+        "autoscaling.maxWorkers: the load needs more workers than the spec allows (or the profile "
+        "underestimates the engine).",
+    ),
+    Alert(
         "AgentServeOperatorReconcileErrors",
         'sum by (namespace, pod) (increase(agentserve_operator_syncs_total{result!="ok"}[15m])) > 0',
         "15m",

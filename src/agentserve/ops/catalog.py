@@ -25,8 +25,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-Component = Literal["frontend", "router", "worker", "operator"]
-COMPONENTS: tuple[Component, ...] = ("frontend", "router", "worker", "operator")
+Component = Literal["frontend", "router", "worker", "planner", "operator"]
+COMPONENTS: tuple[Component, ...] = ("frontend", "router", "worker", "planner", "operator")
 
 # Set by prometheus-operator on every target of a ServiceMonitor.
 PROMETHEUS_OPERATOR_TARGET_LABELS = frozenset(
@@ -118,6 +118,14 @@ def _worker() -> Iterator[Family]:
         context.destroy(linger=0)
 
 
+def _planner() -> Iterator[Family]:
+    from agentserve.planner.metrics import PlannerMetrics
+
+    registry = CollectorRegistry()
+    PlannerMetrics(registry)
+    yield from _from_registry(registry, "planner")
+
+
 def _operator() -> Iterator[Family]:
     from agentserve.operator.metrics import OperatorMetrics
 
@@ -142,7 +150,7 @@ def _operator() -> Iterator[Family]:
 
 def families() -> list[Family]:
     """Every metric family of every component."""
-    return [*_frontend(), *_router(), *_worker(), *_operator()]
+    return [*_frontend(), *_router(), *_worker(), *_planner(), *_operator()]
 
 
 def exported_series() -> dict[str, frozenset[str]]:

@@ -88,6 +88,7 @@ F = "agentserve_frontend_"
 W = "agentserve_worker_"
 R = "agentserve_router_"
 S = "agentserve_state_"
+P = "agentserve_planner_"
 
 ROWS: tuple[Row, ...] = (
     Row(
@@ -322,6 +323,38 @@ ROWS: tuple[Row, ...] = (
                 "Workers by state",
                 "Workers the router knows, by state.",
                 [Target(f"max by (state) ({sel(R + 'workers')})", "{{state}}")],
+            ),
+        ),
+    ),
+    Row(
+        "Planner",
+        (
+            Panel(
+                "Workers: desired, ready, loading",
+                "The worker count the planner asks for (spec.workers.replicas through the scale "
+                "subresource), the workers serving, and those still loading their model.",
+                [
+                    Target(f"max({sel(P + 'desired_workers')})", "desired"),
+                    Target(f"max({sel(P + 'ready_workers')})", "ready"),
+                    Target(f"max({sel(P + 'loading_workers')})", "loading"),
+                    Target(f"max({sel(P + 'kv_floor_workers')})", "KV floor"),
+                ],
+            ),
+            Panel(
+                "TTFT and ITL: predicted vs observed",
+                "What the planner predicts at the count it asked for, against the p90 the frontends "
+                "observed over its last interval (a gap is the correction it applies).",
+                [
+                    Target(f"max by (latency) ({sel(P + 'predicted_seconds')})", "predicted {{latency}}"),
+                    Target(f"max by (latency) ({sel(P + 'observed_seconds')})", "observed {{latency}}"),
+                ],
+                unit="s",
+            ),
+            Panel(
+                "Decisions by reason",
+                "Why the planner chose its count: min, kv (retained sessions), targets, max (targets "
+                "unmet at maxWorkers), queue, hold (scale-down delay), down.",
+                [Target(rate(P + "decisions_total", by="reason"), "{{reason}}")],
             ),
         ),
     ),

@@ -60,7 +60,7 @@ class Sample:
     ready_workers: int
     demand: Demand
     kv_active_blocks: int  # held by running requests, all workers
-    kv_retained_blocks: int  # kept for agent sessions in a tool gap (retention), all workers
+    kv_retained_blocks: int  # kept for agent sessions in a tool gap (retention, expiring), all workers
     waiting: int = 0  # requests queued at the routers or engines
     observed_ttft_s: float | None = None  # the window's TTFT (same quantile the target means)
     observed_itl_s: float | None = None
@@ -69,6 +69,9 @@ class Sample:
     # will bring once they are all in their tool loops — ahead of the turn rate observed so far.
     session_rate: float = 0.0
     turns_per_session: float | None = None
+    # Blocks one worker keeps without expiry (the shared system+tools prefix, the most any worker
+    # pins): every worker holds its own copy, so it takes room on each, not once for the fleet.
+    kv_pinned_blocks: int = 0
 
     def planning_demand(self) -> Demand:
         """The demand to plan for: the observed one, or the turn rate the sessions arriving now will
@@ -94,9 +97,11 @@ class Decision:
 
 
 def kv_floor(sample: Sample, config: PlannerConfig) -> int:
-    """Workers needed to hold the active and the retained KV blocks."""
+    """Workers needed to hold the active and the retained session blocks, each worker's room less the
+    shared prefix it pins (at least one block: a prefix as large as the cache leaves a worker one)."""
     held = sample.kv_active_blocks + sample.kv_retained_blocks
-    return max(1, math.ceil(held / (config.kv_blocks_per_worker * config.kv_fill)))
+    room = max(config.kv_blocks_per_worker * config.kv_fill - sample.kv_pinned_blocks, 1.0)
+    return max(1, math.ceil(held / room))
 
 
 def needed(
@@ -161,7 +166,10 @@ def decide(
     window = [s for s in history if s.at >= now - config.scale_down_delay_s]
     fix = corrections(window, config, timing)
     need, reason, prediction = needed(latest, config, timing, fix)
-    if latest.waiting > 0 and latest.ready_workers >= need and need < config.max_workers:
+    # A queue in one reading is often a moment (a burst admitted a step later); one that outlasts an
+    # interval says the count is short even where the model says it is not.
+    queued = latest.waiting > 0 and (len(history) < 2 or history[-2].waiting > 0)
+    if queued and latest.ready_workers >= need and need < config.max_workers:
         need, reason = latest.ready_workers + 1, f"queue: {latest.waiting} requests waiting"
         prediction = _corrected(predict(latest.planning_demand(), need, timing, chunk=config.chunk), fix)
     have = latest.ready_workers if current is None else current

@@ -21,73 +21,20 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Histogram
 
 from agentserve.frontend.backend import EngineBackend
 from agentserve.planner.decide import Decision, PlannerConfig, Sample, WorkerState, choose_removals, decide
-from agentserve.planner.predict import Demand
+from agentserve.planner.metrics import PlannerMetrics
+from agentserve.planner.readings import Buckets, Reading, SampleBuilder, session_blocks
 from agentserve.telemetry.metrics import FrontendMetrics
 from agentserve.worker.engine import Engine, Load
 from agentserve.worker.timing import TimingModel
 
 log = logging.getLogger("agentserve.planner")
 HISTORY = 720  # samples kept (an hour at 5 s)
-
-
-class PlannerMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        p = "agentserve_planner"
-        self.desired = Gauge(f"{p}_desired_workers", "Workers the planner asks for.", registry=registry)
-        self.ready = Gauge(f"{p}_ready_workers", "Workers serving (loaded, not draining).", registry=registry)
-        self.loading = Gauge(f"{p}_loading_workers", "Workers loading their model.", registry=registry)
-        self.draining = Gauge(
-            f"{p}_draining_workers", "Workers finishing their requests before they go.", registry=registry
-        )
-        self.kv_floor = Gauge(
-            f"{p}_kv_floor_workers", "Workers the active and retained KV blocks need.", registry=registry
-        )
-        self.predicted = Gauge(
-            f"{p}_predicted_seconds",
-            "Predicted TTFT and ITL at the desired count.",
-            ["latency"],
-            registry=registry,
-        )
-        self.decisions = Counter(f"{p}_decisions", "Decisions by reason.", ["reason"], registry=registry)
-
-
-Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), ascending, +Inf last
-MIN_OBSERVATIONS = 5  # fewer finished requests in a window: no observed latency
-
-
-def window_quantile(q: float, before: Buckets, after: Buckets) -> float | None:
-    """The q-quantile of the observations a histogram gained between two readings (linear within a
-    bucket, as PromQL's histogram_quantile); None with fewer than `MIN_OBSERVATIONS`."""
-    old = dict(before)
-    grown = [(le, count - old.get(le, 0.0)) for le, count in after]
-    total = grown[-1][1] if grown else 0.0
-    if total < MIN_OBSERVATIONS:
-        return None
-    rank = q * total
-    low, below = 0.0, 0.0
-    for le, cumulative in grown:
-        if cumulative >= rank:
-            if le == float("inf"):
-                return low  # beyond the last finite bound: its lower edge
-            inside = cumulative - below
-            return low + (le - low) * ((rank - below) / inside if inside else 0.0)
-        low, below = le, cumulative
-    return low
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    ttft: Buckets
-    itl: Buckets
-    requests: float
-    session_starts: float
 
 
 class FrontendReadings:
@@ -117,14 +64,6 @@ def _total(counter: Counter) -> float:
     return float(sum(s.value for f in counter.collect() for s in f.samples if s.name.endswith("_total")))
 
 
-@dataclass(slots=True)
-class _Totals:
-    finished: int = 0
-    prompt: int = 0
-    cached: int = 0
-    generated: int = 0
-
-
 class LocalPlanner:
     def __init__(
         self,
@@ -151,12 +90,11 @@ class LocalPlanner:
             raise ValueError("the planner needs engines that keep time (a finite, positive time scale)")
         self.time_scale = time_scale
         self.frontend = frontend
-        self._reading = frontend.read() if frontend is not None else None
+        self.readings = SampleBuilder(interval_s, time_scale)
+        self.readings.prime(frontend.read() if frontend is not None else None)
         self.history: list[Sample] = []
         self.decisions: list[Decision] = []
         self.desired = len(backend.engines)
-        self._seen: dict[str, _Totals] = {}
-        self._last_at: float | None = None
         self._loading: set[str] = set()
         self._draining: set[str] = set()
         self._names = itertools.count(len(backend.engines))
@@ -205,42 +143,8 @@ class LocalPlanner:
     def sample(self) -> Sample:
         now = time.monotonic() * self.time_scale
         loads = {w: e.load() for w, e in self.backend.engines.items()}
-        grown = _Totals()
-        for worker, load in loads.items():
-            before = self._seen.get(worker, _Totals())
-            grown.finished += max(load.requests_finished - before.finished, 0)
-            grown.prompt += max(load.prompt_tokens - before.prompt, 0)
-            grown.cached += max(load.cached_prompt_tokens - before.cached, 0)
-            grown.generated += max(load.generated_tokens - before.generated, 0)
-            self._seen[worker] = _Totals(
-                load.requests_finished, load.prompt_tokens, load.cached_prompt_tokens, load.generated_tokens
-            )
-        elapsed = now - self._last_at if self._last_at is not None else self.interval_s
-        self._last_at = now
-        sample = Sample(
-            at=now,
-            ready_workers=len(self.serving()),
-            demand=_demand(grown, elapsed),
-            kv_active_blocks=sum(load.kv_blocks_used for load in loads.values()),
-            kv_retained_blocks=sum(load.kv_blocks_retained for load in loads.values()),
-            waiting=sum(load.waiting for load in loads.values()),
-        )
-        if self.frontend is None or self._reading is None:
-            return sample
-        earlier, now_read = self._reading, self.frontend.read()
-        self._reading = now_read
-        # The histograms hold wall seconds; the planner reasons on the engines' clock.
-        ttft = window_quantile(0.9, earlier.ttft, now_read.ttft)
-        itl = window_quantile(0.9, earlier.itl, now_read.itl)
-        return replace(
-            sample,
-            observed_ttft_s=None if ttft is None else ttft * self.time_scale,
-            observed_itl_s=None if itl is None else itl * self.time_scale,
-            session_rate=(now_read.session_starts - earlier.session_starts) / elapsed if elapsed > 0 else 0.0,
-            turns_per_session=now_read.requests / now_read.session_starts
-            if now_read.session_starts
-            else None,
-        )
+        frontend = self.frontend.read() if self.frontend is not None else None
+        return self.readings.build(now, loads, len(self.serving()), frontend=frontend)
 
     # -- acting -----------------------------------------------------------------------------------
 
@@ -252,7 +156,7 @@ class LocalPlanner:
                 self._spawn(self._add(f"sim-{next(self._names)}"))
         elif decision.desired < len(serving):
             loads: dict[str, Load] = {w: self.backend.engines[w].load() for w in serving}
-            states = [WorkerState(w, x.kv_blocks_retained, x.running + x.waiting) for w, x in loads.items()]
+            states = [WorkerState(w, session_blocks(x), x.running + x.waiting) for w, x in loads.items()]
             for worker in choose_removals(states, len(serving) - decision.desired):
                 self._spawn(self._remove(worker))
 
@@ -278,28 +182,10 @@ class LocalPlanner:
         task.add_done_callback(self._tasks.discard)
 
     def _export(self, decision: Decision) -> None:
-        m = self.metrics
-        if m is None:
-            return
-        m.desired.set(decision.desired)
-        m.ready.set(len(self.serving()))
-        m.loading.set(len(self._loading))
-        m.draining.set(len(self._draining))
-        m.kv_floor.set(decision.kv_floor)
-        m.predicted.labels("ttft").set(decision.predicted.ttft_s)
-        m.predicted.labels("itl").set(decision.predicted.itl_s)
-        m.decisions.labels(decision.reason.split(":")[0]).inc()
-
-
-def _demand(grown: _Totals, elapsed: float) -> Demand:
-    if grown.finished == 0 or elapsed <= 0:
-        return Demand(0.0, 1.0, 0.0, 1.0, 1.0)
-    n = grown.finished
-    output = grown.generated / n
-    return Demand(
-        request_rate=n / elapsed,
-        uncached_tokens=max((grown.prompt - grown.cached) / n, 1.0),
-        cached_tokens=grown.cached / n,
-        output_tokens=max(output, 1.0),
-        context_tokens=grown.prompt / n + output / 2,
-    )
+        if self.metrics is not None:
+            self.metrics.export(
+                decision,
+                ready=len(self.serving()),
+                loading=len(self._loading),
+                draining=len(self._draining),
+            )

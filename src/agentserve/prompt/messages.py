@@ -41,6 +41,9 @@ from agentserve.prompt.replay import PART_SEPARATOR, ReplayMode, assistant_runs,
 from agentserve.prompt.template import PromptError, ToolArguments
 
 MESSAGE_SEPARATOR = "\n\n"  # between the texts of merged consecutive messages
+# A failed tool call's result (Anthropic `is_error`, a failed Responses patch): no family template has
+# a field for it, so the text says it; `is_error` is also passed for model templates that read one.
+TOOL_ERROR_MARKER = "[tool error] "
 
 TemplateMessage = dict[str, Any]
 
@@ -169,12 +172,16 @@ def _tool_result(result: ToolResult, ids: dict[str, str], names: dict[str, str])
         if isinstance(part, Image):
             raise UnsupportedContentError("this model takes text only; a tool result contains an image")
         texts.append(part.text)
-    return {
+    content = PART_SEPARATOR.join(texts)
+    message: TemplateMessage = {
         "role": "tool",
         "tool_call_id": ids.get(result.call_id, result.call_id),
         "name": result.name or names.get(result.call_id, ""),
-        "content": PART_SEPARATOR.join(texts),
+        "content": TOOL_ERROR_MARKER + content if result.is_error else content,
     }
+    if result.is_error:
+        message["is_error"] = True
+    return message
 
 
 # -- native tool-call ids ---------------------------------------------------------------------------

@@ -217,6 +217,9 @@ class Load:
     # Of those, blocks kept above the default priority (agent sessions in a tool gap, the shared
     # prefix): what the planner will not scale below.
     kv_blocks_retained: int = 0
+    # Of those, blocks kept without expiry (the shared system+tools prefix): every worker keeps its
+    # own copy, so a planner counts them per worker, not summed over the fleet.
+    kv_blocks_pinned: int = 0
     kv_host_blocks_used: int = 0  # blocks held in the host (CPU) tier
     kv_host_blocks_total: int = 0  # size of the host tier (0: none)
     # Cumulative counters since start (Prometheus counters are read from these).

@@ -109,6 +109,13 @@ class KvPool:
         return sum(len(cls) for prio, cls in self._free.items() if prio > RETENTION_PRIORITY_DEFAULT)
 
     @property
+    def pinned(self) -> int:
+        """Of the retained blocks, those kept without expiry (the deployment-wide shared prefix); the
+        rest (sessions in a tool gap) expire."""
+        retained = self.retained  # expires what ran out first
+        return retained - len(self._expires)
+
+    @property
     def host_used(self) -> int:
         return len(self._host)
 

@@ -150,6 +150,11 @@ class EngineCollector(Collector):
             "Free KV blocks kept above the default priority (sessions in a tool gap, the shared prefix)",
             load.kv_blocks_retained,
         )
+        yield gauge(
+            "kv_blocks_pinned",
+            "Of the retained KV blocks, those kept without expiry (the shared system+tools prefix)",
+            load.kv_blocks_pinned,
+        )
         yield gauge("kv_host_blocks_used", "KV blocks in the host (CPU) tier", load.kv_host_blocks_used)
         yield gauge("kv_host_blocks_capacity", "KV blocks the host tier holds", load.kv_host_blocks_total)
         yield gauge("kv_usage_ratio", "Used KV blocks / total KV blocks", load.kv_usage)

@@ -15,6 +15,7 @@ from agentserve.api.anthropic import (
     decode_count_tokens,
     decode_messages,
 )
+from agentserve.api.anthropic.context import ClearThinking, ContextManagement
 from agentserve.api.errors import ApiError, InvalidRequestError
 from agentserve.api.ids import anthropic_tool_id
 from agentserve.api.memory import CallMemory
@@ -326,7 +327,7 @@ def test_claude_code_turn1() -> None:
     assert (opts.reasoning.mode, opts.reasoning.effort, opts.reasoning.enabled) == ("adaptive", "high", True)
     assert req.user_id == CLAUDE_USER_ID
     assert req.identity.session_id == "3f2b8c1e-6a4d-4f0e-9b7a-2d1c5e8f9a01"
-    assert req.context_management == {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+    assert req.context_management == ContextManagement((ClearThinking(keep=None),))  # keep: "all"
     assert req.ignored == ()
 
 
@@ -375,7 +376,7 @@ def test_options_mapping() -> None:
     assert (r.mode, r.budget_tokens) == ("enabled", 2048)
     assert o.response_format is not None and o.response_format.schema == {"type": "object"}
     assert req.identity.session_id == "0b7c1d2e-aaaa-bbbb-cccc-000000000000"
-    assert req.ignored == ("service_tier",)
+    assert req.ignored == ("cache_control", "service_tier")  # harmless ones are reported (api/contract.py)
     assert decode_messages(body | {"thinking": {"type": "disabled"}}).options.reasoning.enabled is False
     for kind, mode in (("auto", "auto"), ("any", "required"), ("none", "none")):
         assert decode_messages(body | {"tool_choice": {"type": kind}}).options.tool_choice.mode == mode

@@ -317,7 +317,7 @@ def test_pi_body() -> None:
     assert conv.tools[0].parameters == PI_TOOLS[0]["function"]["parameters"]
     o = req.options
     assert (o.max_tokens, o.stream, o.include_usage, o.reasoning.effort) == (32000, True, True, "medium")
-    assert req.ignored == ()
+    assert req.ignored == ("store",)
 
 
 def test_openclaw_body_and_tool_loop() -> None:
@@ -370,7 +370,7 @@ def test_decoding_details() -> None:
         "seed": 7,
         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}},
         "chat_template_kwargs": {"enable_thinking": False},
-        "logprobs": True,
+        "logprobs": False,
     }  # fmt: skip
     req = decode_chat(body)
     conv = req.conversation
@@ -385,7 +385,10 @@ def test_decoding_details() -> None:
     assert (o.tool_choice.mode, o.tool_choice.name) == ("named", "f")
     assert o.response_format is not None and o.response_format.name == "x"
     assert o.reasoning.enabled is False and o.template_kwargs == {"enable_thinking": False}
-    assert req.ignored == ("logprobs",)
+    assert req.ignored == ()
+    with pytest.raises(InvalidRequestError) as logprobs:  # asked for, they cannot be given: a 400
+        decode_chat(body | {"logprobs": True})
+    assert logprobs.value.param == "logprobs"
     # OpenAI: `required` without tools is a 400 naming tool_choice (nothing could satisfy it).
     with pytest.raises(InvalidRequestError) as required:
         decode_chat({"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})

@@ -307,7 +307,7 @@ def test_codex_turn1() -> None:
     assert [m.role for m in conv.messages] == ["user", "user"]
     assert [t.name for t in conv.tools] == ["exec_command", "write_stdin", "spawn_agent"]
     assert req.tool_kinds["spawn_agent"].namespace == "multi_agent_v1"
-    assert req.ignored == ("tools[3]",)  # web_search runs on OpenAI's side
+    assert req.ignored == ("tools[3]", "client_metadata")  # web_search runs on OpenAI's side
     assert (req.store, req.include, req.prompt_cache_key) == (
         False,
         ("reasoning.encrypted_content",),

@@ -348,6 +348,20 @@ REJECTED = [
     ("/v1/messages", {"model": "m" * 257}, "model"),
     ("/v1/chat/completions", {"model": "m" * 257}, "model"),
     ("/v1/responses", {"tools": [{"type": "function", "name": "f" * 257}]}, "tools[0].name"),
+    # a forced call of a server / hosted tool, which cannot run here (issue 23)
+    (
+        "/v1/messages",
+        {
+            "tools": [*MESSAGES["tools"], {"type": "web_search_20250305", "name": "web_search"}],
+            "tool_choice": {"type": "tool", "name": "web_search"},
+        },
+        "tool_choice.name",
+    ),
+    (
+        "/v1/responses",
+        {"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}},
+        "tool_choice",
+    ),
 ]
 
 
@@ -365,13 +379,6 @@ ACCEPTED = [
     ("/v1/messages", {"max_tokens": 0}),  # a cache pre-warm: non-streaming, no thinking
     ("/v1/messages", {"tool_choice": {"type": "tool", "name": "Bash"}}),
     ("/v1/messages", {"tools": [*MESSAGES["tools"], {"type": "web_search_20250305", "name": "web_search"}]}),
-    (
-        "/v1/messages",
-        {
-            "tools": [*MESSAGES["tools"], {"type": "web_search_20250305", "name": "web_search"}],
-            "tool_choice": {"type": "tool", "name": "web_search"},
-        },
-    ),
     ("/v1/chat/completions", {"tool_choice": {"type": "function", "function": {"name": "Bash"}}}),
     ("/v1/chat/completions", {"stop": ["a", "b", "c", "d"]}),
     ("/v1/responses", {"tool_choice": {"type": "function", "name": "shell"}}),

@@ -340,6 +340,9 @@ OBJECT_LEVEL = {
     "nodePool",
     "observability.serviceMonitor",
     "networkPolicy",
+    # The planner's objects and config (test_operator_autoscaling.py) and the frontend's HPA.
+    "autoscaling",
+    "frontend.autoscaling",
     # Acts when the spec is validated (apiserver CEL, operator), not on any object.
     "workers.llmApiOptionsCheck",
 }

@@ -17,7 +17,10 @@ from agentserve.operator.spec import (
     ROOT_RULES,
     AgentServingDeploymentSpec,
     AgentSpec,
+    AutoscalingSpec,
     ChatTemplate,
+    FrontendAutoscalingSpec,
+    FrontendSpec,
     ModelSource,
     Rule,
     StateSpec,
@@ -229,6 +232,8 @@ def _at(obj: dict[str, Any], path: str) -> Any:
 
 
 # (rule owner, the object's spec, expected) — the same rule in CEL and in Python must agree.
+_CPU = {"resources": {"requests": {"cpu": "2"}}}
+
 CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("spec", MINIMAL, True),
     ("spec", {"model": {"name": "m"}}, False),
@@ -297,10 +302,55 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("spec", {**MINIMAL, "frontend": {"replicas": 3}, "state": {"responseTtlSeconds": 60}}, False),
     ("spec.state", {**MINIMAL, "state": {"managed": {}, "urlSecret": {"name": "r"}}}, False),
     ("spec.state", {**MINIMAL, "state": {"managed": {"storage": "1Gi"}}}, True),
+    ("spec.autoscaling", {**MINIMAL, "autoscaling": {"maxWorkers": 4}}, True),
+    ("spec.autoscaling", {**MINIMAL, "autoscaling": {"minWorkers": 4, "maxWorkers": 4}}, True),
+    ("spec.autoscaling", {**MINIMAL, "autoscaling": {"minWorkers": 5, "maxWorkers": 4}}, False),
+    (
+        "spec.autoscaling",
+        {
+            **MINIMAL,
+            "autoscaling": {
+                "maxWorkers": 4,
+                "profile": "h200-qwen3-30b-a3b-pytorch",
+                "profileConfigMap": {"name": "p", "key": "profile.yaml"},
+            },
+        },
+        False,
+    ),
+    (
+        "spec.autoscaling",
+        {**MINIMAL, "autoscaling": {"maxWorkers": 4, "profileConfigMap": {"name": "p", "key": "y"}}},
+        True,
+    ),
+    ("spec.frontend.autoscaling", {**MINIMAL, "frontend": {**_CPU, "autoscaling": {"maxReplicas": 1}}}, True),
+    (
+        "spec.frontend.autoscaling",
+        {**MINIMAL, "frontend": {**_CPU, "autoscaling": {"minReplicas": 2, "maxReplicas": 1}}},
+        False,
+    ),
+    ("spec.frontend", {**MINIMAL, "frontend": {**_CPU, "autoscaling": {"maxReplicas": 1}}}, True),
+    ("spec.frontend", {**MINIMAL, "frontend": {"autoscaling": {"maxReplicas": 1}}}, False),
+    (
+        "spec.frontend",
+        {
+            **MINIMAL,
+            "frontend": {"resources": {"requests": {"memory": "1Gi"}}, "autoscaling": {"maxReplicas": 1}},
+        },
+        False,
+    ),
+    ("spec", {**MINIMAL, "frontend": {**_CPU, "autoscaling": {"maxReplicas": 4}}}, False),
+    (
+        "spec",
+        {**MINIMAL, "frontend": {**_CPU, "autoscaling": {"maxReplicas": 4}}, "state": {"managed": {}}},
+        True,
+    ),
 ]
 
 _CLASS_OF: dict[str, type] = {
     "spec": AgentServingDeploymentSpec,
+    "spec.autoscaling": AutoscalingSpec,
+    "spec.frontend": FrontendSpec,
+    "spec.frontend.autoscaling": FrontendAutoscalingSpec,
     "spec.model.source": ModelSource,
     "spec.model.chatTemplate": ChatTemplate,
     "spec.agent": AgentSpec,

@@ -104,6 +104,16 @@ def test_retained_session_blocks_set_a_floor_the_load_alone_would_not() -> None:
     assert run([replace(x, kv_retained_blocks=0) for x in quiet], 6)[-1].desired == 1
 
 
+def test_the_pinned_prefix_takes_room_on_every_worker_not_once() -> None:
+    # 2 workers' worth of sessions; each worker also pins a shared prefix of a quarter of its room.
+    room = CONFIG.kv_blocks_per_worker * CONFIG.kv_fill
+    s = sample(0, QUIET, ready=4, active=0, retained=int(2 * room))
+    assert kv_floor(s, CONFIG) == 2
+    assert kv_floor(replace(s, kv_pinned_blocks=int(room / 4)), CONFIG) == 3  # 2 / 0.75 → 3
+    # A prefix as large as the cache cannot make the floor infinite.
+    assert kv_floor(replace(s, kv_pinned_blocks=CONFIG.kv_blocks_per_worker), CONFIG) >= 1
+
+
 def test_requests_waiting_while_the_model_says_enough_add_a_worker() -> None:
     d = decide([sample(0, QUIET, ready=2, waiting=30)], CONFIG, TIMING, current=2)
     assert d.desired == 3 and d.reason.startswith("queue")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.planner.local import FrontendReadings, window_quantile
+from agentserve.planner.local import FrontendReadings
+from agentserve.planner.readings import window_quantile
 from agentserve.telemetry.metrics import FrontendMetrics
 
 INF = float("inf")

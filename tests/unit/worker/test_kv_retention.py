@@ -52,6 +52,7 @@ def test_expired_retention_falls_back_to_the_default_class() -> None:
     cache(pool, plain, 35)
     assert pool.priority_of(kept[0]) == 90
     assert pool.retained == 2  # what the planner counts as held for sessions
+    assert pool.pinned == 0  # they expire: a session's, not the pinned prefix
     pool.now = 10.0
     assert pool.priority_of(kept[0]) == 35
     assert pool.retained == 0
@@ -66,6 +67,7 @@ def test_retention_without_duration_never_expires() -> None:
     cache(pool, pinned, 90)
     cache(pool, plain, 35)
     pool.now = 1e9
+    assert pool.retained == pool.pinned == 2  # kept for the deployment, not for a session
     assert pool.allocate(2)
     assert all(h in pool for h in pinned)
 

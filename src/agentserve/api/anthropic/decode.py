@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any
 
+from agentserve.api import contract
 from agentserve.api._check import (
     at,
     check_depth,
@@ -24,6 +25,8 @@ from agentserve.api._check import (
     str_list,
     wrong_type,
 )
+from agentserve.api.anthropic.context import parse_context_management
+from agentserve.api.client_tools import ANTHROPIC_CLIENT_TOOL, anthropic_client_tool
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.identity import BodyIdentity, session_from_user_id
 from agentserve.api.ids import canonical_call_id, is_safe_id
@@ -50,14 +53,9 @@ from agentserve.conversation import (
     ToolSpec,
 )
 
-_KNOWN_FIELDS = frozenset(
-    {
-        "model", "max_tokens", "messages", "system", "tools", "tool_choice", "thinking", "output_config",
-        "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream", "cache_control",
-        "context_management", "nvext",
-    }
-)  # fmt: skip
-_IGNORED_FIELDS = frozenset({"service_tier", "container", "inference_geo", "mcp_servers", "betas"})
+# The fields this decoder knows, and those it accepts without effect: the contract table's rows.
+_KNOWN_FIELDS = contract.top_level("anthropic")
+_IGNORED_FIELDS = contract.ignored_top_level("anthropic")
 # Blocks the real API produces for its own server tools: history we cannot use, not an error.
 _SERVER_BLOCKS = frozenset(
     {
@@ -111,11 +109,24 @@ class _Decoder:
 
     def document(self, block: dict[str, Any], path: str) -> Text:
         source = expect_dict(block.get("source"), at(path, "source"))
-        if source.get("type") == "text":
-            return Text(req_str(source, "data", at(path, "source")))
-        raise InvalidRequestError(
-            "only plain-text document sources are supported", param=at(at(path, "source"), "type")
-        )
+        if source.get("type") != "text":
+            raise InvalidRequestError(
+                "only plain-text document sources are supported", param=at(at(path, "source"), "type")
+            )
+        opt_str(source, "media_type", at(path, "source"))
+        _no_citations(block, path)
+        body = req_str(source, "data", at(path, "source"))
+        return Text(_headed(body, opt_str(block, "title", path), opt_str(block, "context", path)))
+
+    def search_result(self, block: dict[str, Any], path: str) -> Text:
+        _no_citations(block, path)
+        texts = [
+            self.text_block(expect_dict(inner, at(at(path, "content"), k)), at(at(path, "content"), k)).text
+            for k, inner in enumerate(expect_list(block.get("content"), at(path, "content")))
+        ]
+        title = req_str(block, "title", path)
+        source = req_str(block, "source", path)
+        return Text(_headed("\n\n".join(texts), title, source))
 
     def result_content(self, value: Any, path: str) -> tuple[Text | Image, ...]:
         if value is None:
@@ -135,9 +146,7 @@ class _Decoder:
             elif kind == "document":
                 out.append(self.document(block, bpath))
             elif kind == "search_result":
-                for k, inner in enumerate(expect_list(block.get("content"), at(bpath, "content"))):
-                    ipath = at(at(bpath, "content"), k)
-                    out.append(self.text_block(expect_dict(inner, ipath), ipath))
+                out.append(self.search_result(block, bpath))
             elif kind == "tool_reference":
                 self.ignored.append(bpath)  # tool-search bookkeeping: nothing for the model to read
             else:
@@ -217,7 +226,9 @@ class _Decoder:
                 out.append(Message("tool", (self.tool_result(block, bpath),)))
             elif kind in ("tool_use", "thinking", "redacted_thinking"):
                 raise InvalidRequestError(f"{kind} blocks are not allowed in user messages", param=bpath)
-            elif kind in _SERVER_BLOCKS or kind == "search_result":
+            elif kind == "search_result":
+                pending.append(self.search_result(block, bpath))
+            elif kind in _SERVER_BLOCKS:
                 self.ignored.append(bpath)
             else:
                 raise InvalidRequestError(f"unsupported content block type {kind!r}", param=at(bpath, "type"))
@@ -304,9 +315,22 @@ class _Decoder:
                 if not _SERVER_TOOL.match(kind):
                     # Anthropic answers a tag it does not know (an OpenAI `function` tool) with a 400.
                     raise InvalidRequestError(_not_a_tool(kind), param=at(tpath, "type"))
-                self.ignored.append(tpath)  # a server tool (web_search_…): we cannot run it
-                if type(tool.get("name")) is str:
-                    self.server_tools.add(tool["name"])
+                if "name" not in tool and ANTHROPIC_CLIENT_TOOL.match(kind):
+                    raise missing(at(tpath, "name"))  # the client tool's fixed name (`bash`, …)
+                name = req_str(tool, "name", tpath, nonempty=True) if "name" in tool else kind
+                for key in ("max_characters", "display_width_px", "display_height_px", "display_number"):
+                    opt_int(tool, key, tpath, minimum=0)
+                strict = bool(opt_bool(tool, "strict", tpath))
+                client = anthropic_client_tool(kind, tool, name, strict)
+                if client is None:
+                    # A server tool (web_search_…) runs on Anthropic's side: it cannot run here.
+                    self.ignored.append(tpath)
+                    self.server_tools.add(name)
+                    continue
+                if name in seen:
+                    raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(tpath, "name"))
+                seen.add(name)
+                specs.append(client)  # a client tool (bash_…, text_editor_…): shown with its schema
                 continue
             if "function" in tool and "input_schema" not in tool:
                 raise InvalidRequestError(_not_a_tool("function"), param=tpath)
@@ -328,6 +352,22 @@ class _Decoder:
             strict = bool(opt_bool(tool, "strict", tpath))
             specs.append(ToolSpec(name, opt_str(tool, "description", tpath) or "", schema, strict))
         return tuple(specs)
+
+
+def _headed(body: str, title: str | None, context: str | None) -> str:
+    """A document's or search result's text under its title and context lines (as given)."""
+    head = "\n".join(line for line in (title, context) if line)
+    return f"{head}\n\n{body}" if head else body
+
+
+def _no_citations(block: dict[str, Any], path: str) -> None:
+    """`citations: {enabled: true}` asks for citation blocks in the answer, which we cannot produce."""
+    citations = opt_dict(block, "citations", path)
+    if citations is not None and opt_bool(citations, "enabled", at(path, "citations")):
+        raise InvalidRequestError(
+            "citations are not supported: the model cannot produce citation blocks here",
+            param=at(at(path, "citations"), "enabled"),
+        )
 
 
 def _append(out: list[Message], role: str, parts: tuple[Part, ...]) -> None:
@@ -416,9 +456,11 @@ def _decode(
             param="tool_choice.name",
         )
     if tool_choice.mode == "named" and tool_choice.name in d.server_tools:
-        # A server tool (web_search_…) is accepted and ignored like the tool itself: nothing to force.
-        d.ignored.append("tool_choice")
-        tool_choice = ToolChoice("auto")
+        # A server tool (web_search_…) cannot run here: forcing a call of it cannot be honoured.
+        raise InvalidRequestError(
+            f"tool_choice names {tool_choice.name!r}, a server tool that cannot run on this server",
+            param="tool_choice.name",
+        )
     mode, budget, display = _thinking(b.get("thinking"), "thinking", max_tokens)
     if mode in ("enabled", "adaptive") and tool_choice.mode in ("required", "named"):
         # Anthropic: a forced tool call prefills the turn, which thinking cannot precede.
@@ -448,12 +490,14 @@ def _decode(
         user_id = opt_str(metadata, "user_id", "metadata")
         if user_id is not None and len(user_id) > 4096:
             raise InvalidRequestError("must be at most 4096 characters", param="metadata.user_id")
-    context_management = check_depth(opt_dict(b, "context_management", ""), "context_management")
+    context_management = parse_context_management(
+        check_depth(opt_dict(b, "context_management", ""), "context_management"), "context_management"
+    )
     opt_dict(b, "cache_control", "")  # accepted, ignored: our prefix cache needs no breakpoints
     nvext = parse_nvext(b.get("nvext"))
 
     for key in b:
-        if key not in _KNOWN_FIELDS and (key in _IGNORED_FIELDS or b[key] is not None):
+        if key in _IGNORED_FIELDS or (key not in _KNOWN_FIELDS and b[key] is not None):
             d.ignored.append(key)
 
     options = GenerationOptions(

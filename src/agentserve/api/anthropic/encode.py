@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentserve.api._common import finish_error
@@ -67,6 +67,7 @@ class AnthropicStreamEncoder:
 
     __slots__ = (
         "_call",
+        "_context_management",
         "_dispatch",
         "_dispatched",
         "_done",
@@ -92,8 +93,11 @@ class AnthropicStreamEncoder:
         stream_tool_input: bool = False,
         dispatch: bool = True,
         omit_thinking: bool = False,
+        context_management: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
+        # `{applied_edits: […]}` when the request asked for context edits (on `message_delta`).
+        self._context_management = context_management
         self.message_id = message_id or new_id("msg_")
         # Streaming tool dispatch off: everything from the first finished call on waits for the end.
         self._dispatch = dispatch
@@ -294,11 +298,10 @@ class AnthropicStreamEncoder:
         )
         reason = stop_reason(finish, self._dispatched, stop_sequence)
         delta = {"stop_reason": reason, "stop_sequence": stop_sequence if reason == "stop_sequence" else None}
-        return (
-            out
-            + sse_event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
-            + sse_event("message_stop", {"type": "message_stop"})
-        )
+        event: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": usage}
+        if self._context_management is not None:
+            event["context_management"] = self._context_management
+        return out + sse_event("message_delta", event) + sse_event("message_stop", {"type": "message_stop"})
 
     def error(self, error: ApiError) -> bytes:
         """End the stream with an `error` event (after HTTP 200 the status cannot change)."""
@@ -317,8 +320,10 @@ def build_message(
     message_id: str | None = None,
     stop_sequence: str | None = None,
     omit_thinking: bool = False,
+    context_management: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The non-streaming `/v1/messages` response for a finished turn. Raises ApiError if it failed."""
+    """The non-streaming `/v1/messages` response for a finished turn. Raises ApiError if it failed.
+    `context_management` (`{applied_edits: […]}`) is reported when the request asked for edits."""
     turn = events if isinstance(events, TurnAccumulator) else TurnAccumulator().feed_all(list(events))
     finish = turn.finish or Finish("stop")
     error = finish_error(finish)
@@ -350,7 +355,7 @@ def build_message(
         elif isinstance(item, FailedCall) and item.raw:
             content.append({"type": "text", "text": item.raw})
     reason = stop_reason(finish, dispatched, stop_sequence)
-    return {
+    body: dict[str, Any] = {
         "id": message_id or new_id("msg_"),
         "type": "message",
         "role": "assistant",
@@ -360,3 +365,6 @@ def build_message(
         "stop_sequence": stop_sequence if reason == "stop_sequence" else None,
         "usage": _usage_json(finish.usage),
     }
+    if context_management is not None:
+        body["context_management"] = context_management
+    return body

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentserve.api import contract
 from agentserve.api._check import (
     at,
     check_depth,
@@ -35,6 +36,7 @@ from agentserve.api.options import (
     ToolChoice,
 )
 from agentserve.api.request import DecodedRequest
+from agentserve.api.responses.common import CUSTOM_INPUT, custom_tool_parameters
 from agentserve.conversation import (
     Conversation,
     Image,
@@ -50,14 +52,9 @@ from agentserve.conversation import (
 MAX_STOP = 4  # OpenAI's limit; more is its 400
 MAX_TOOLS = 128  # OpenAI's limit on Chat tools
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
-_KNOWN_FIELDS = frozenset(
-    {
-        "model", "messages", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
-        "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-        "stop", "seed", "presence_penalty", "frequency_penalty", "n", "response_format", "reasoning_effort",
-        "chat_template_kwargs", "nvext", "user", "store", "metadata",
-    }
-)  # fmt: skip
+# The fields this decoder knows, and those it accepts without effect: the contract table's rows.
+_KNOWN_FIELDS = contract.top_level("chat")
+_IGNORED_FIELDS = contract.ignored_top_level("chat")
 
 
 class _Decoder:
@@ -65,6 +62,7 @@ class _Decoder:
         self.call_names: dict[str, str] = {}
         self.legacy_calls: list[tuple[str, str]] = []  # (id, name) of unanswered legacy function calls
         self.ignored: list[str] = []
+        self.custom_tools: set[str] = set()  # custom (freeform) tools: calls come back as `type: custom`
 
     def texts(self, content: Any, path: str, *, images: bool) -> tuple[Text | Image, ...]:
         if content is None:
@@ -92,6 +90,13 @@ class _Decoder:
     def tool_call(self, raw: Any, path: str) -> ToolCall:
         call = expect_dict(raw, path)
         kind = call.get("type", "function")
+        if kind == "custom":
+            call_id = req_str(call, "id", path, nonempty=True)
+            cpath = at(path, "custom")
+            custom = expect_dict(call.get("custom"), cpath)
+            text = req_str(custom, "input", cpath)
+            wrapped = json.dumps({CUSTOM_INPUT: text}, ensure_ascii=False)
+            return ToolCall(call_id, req_str(custom, "name", cpath, nonempty=True), wrapped)
         if kind != "function":
             raise InvalidRequestError(f"unsupported tool call type {kind!r}", param=at(path, "type"))
         call_id = req_str(call, "id", path, nonempty=True)
@@ -229,17 +234,53 @@ class _Decoder:
                 path = at("tools", i)
                 tool = expect_dict(raw, path)
                 kind = tool.get("type", "function")
+                if kind == "custom":
+                    self.custom(
+                        expect_dict(tool.get("custom"), at(path, "custom")), at(path, "custom"), seen, specs
+                    )
+                    continue
                 if kind != "function":
                     if type(kind) is not str:
                         raise wrong_type(at(path, "type"), "a string", kind)
-                    self.ignored.append(path)
-                    continue
+                    # A hosted tool type cannot run here and is no Chat tool: refused, not dropped.
+                    raise InvalidRequestError(
+                        f"tool type {kind!r} is not supported: send 'function' or 'custom' tools",
+                        param=at(path, "type"),
+                    )
                 add(expect_dict(tool.get("function"), at(path, "function")), at(path, "function"))
-        functions = b.get("functions")
+        functions = b.get("functions")  # legacy tools
         if functions is not None:
             for i, raw in enumerate(expect_list(functions, "functions")):
                 add(expect_dict(raw, at("functions", i)), at("functions", i))
         return tuple(specs)
+
+    def custom(self, tool: dict[str, Any], path: str, seen: set[str], specs: list[ToolSpec]) -> None:
+        """A custom tool: the model writes one freeform `input` string (shown as a function of it)."""
+        name = req_name(tool, "name", path)
+        if name in seen:
+            raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(path, "name"))
+        seen.add(name)
+        fmt = opt_dict(tool, "format", path)
+        if fmt is not None and fmt.get("type") != "text":
+            # A grammar format would have to hold on the input; only Responses enforces one (regex).
+            raise InvalidRequestError(
+                "custom tool formats other than {type: text} are not supported on Chat Completions",
+                param=at(path, "format"),
+            )
+        specs.append(ToolSpec(name, opt_str(tool, "description", path) or "", custom_tool_parameters()))
+        self.custom_tools.add(name)
+
+
+def _refuse_logprobs(b: dict[str, Any]) -> None:
+    """Log-probabilities and logit bias: no engine path carries them, so asking is a 400."""
+    if opt_bool(b, "logprobs", ""):
+        raise InvalidRequestError("logprobs are not supported by this server", param="logprobs")
+    if b.get("top_logprobs") is not None:
+        opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
+        raise InvalidRequestError("top_logprobs are not supported by this server", param="top_logprobs")
+    bias = opt_dict(b, "logit_bias", "")
+    if bias:
+        raise InvalidRequestError("logit_bias is not supported by this server", param="logit_bias")
 
 
 def _tool_choice(b: dict[str, Any]) -> ToolChoice:
@@ -364,8 +405,9 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
     top_k = opt_int(b, "top_k", "", minimum=-1)
     seed = opt_int(b, "seed", "")
     nvext = parse_nvext(b.get("nvext"))
+    _refuse_logprobs(b)
     for key in b:
-        if key not in _KNOWN_FIELDS and b[key] is not None:
+        if (key not in _KNOWN_FIELDS or key in _IGNORED_FIELDS) and b[key] is not None:
             d.ignored.append(key)
     options = GenerationOptions(
         model=model,
@@ -397,4 +439,5 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
         nvext=nvext,
         ignored=tuple(d.ignored) + nvext.ignored,
         restored=restored,
+        custom_tools=frozenset(d.custom_tools),
     )

@@ -9,6 +9,7 @@ from typing import Any
 from agentserve.api._common import finish_error
 from agentserve.api.errors import ApiError, InternalError
 from agentserve.api.ids import new_id
+from agentserve.api.responses.common import custom_input
 from agentserve.api.sse import DONE, PING_COMMENT, dumps, quote
 from agentserve.api.sse import event as sse_event
 from agentserve.api.turn import FailedCall, TurnAccumulator
@@ -47,7 +48,16 @@ def finish_reason(finish: Finish, dispatched: int) -> str:
     return "length" if finish.reason == "length" else "stop"
 
 
-def _tool_call_json(index: int, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+def _tool_call_json(
+    index: int, call_id: str, name: str, arguments: str, custom: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    if name in custom:  # a custom tool's call carries its freeform input, not JSON arguments
+        return {
+            "index": index,
+            "id": call_id,
+            "type": "custom",
+            "custom": {"name": name, "input": custom_input(arguments)},
+        }
     return {
         "index": index,
         "id": call_id,
@@ -61,6 +71,7 @@ class ChatStreamEncoder:
 
     __slots__ = (
         "_call",
+        "_custom",
         "_dispatch",
         "_done",
         "_envelope",
@@ -84,8 +95,10 @@ class ChatStreamEncoder:
         include_usage: bool = False,
         dispatch: bool = True,
         stream_tool_arguments: bool = False,
+        custom_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.model = model
+        self._custom = custom_tools
         self.completion_id = completion_id or new_id("chatcmpl-")
         self.created = int(time.time()) if created is None else created
         self._include_usage = include_usage
@@ -159,13 +172,13 @@ class ChatStreamEncoder:
             case ToolCallStart(_, call_id, name):
                 self._in_reasoning = False
                 self._call = (call_id, name, [])
-                if self._stream_arguments:
+                if self._stream_arguments and name not in self._custom:
                     out += self._chunk({"tool_calls": [_tool_call_json(self._sent_calls, call_id, name, "")]})
                 return out
             case ToolCallArgsDelta(_, fragment):
                 if self._call is not None:
                     self._call[2].append(fragment)
-                    if self._stream_arguments and fragment:
+                    if self._stream_arguments and fragment and self._call[1] not in self._custom:
                         delta = {"index": self._sent_calls, "function": {"arguments": fragment}}
                         out += self._chunk({"tool_calls": [delta]})
                 return out
@@ -193,11 +206,13 @@ class ChatStreamEncoder:
                 "model": self.model,
                 "choices": [],
                 "choice_index": 0,
-                "tool_call": _tool_call_json(index, call_id, name, arguments),
+                "tool_call": _tool_call_json(index, call_id, name, arguments, self._custom),
             }
             out += sse_event("tool_call_dispatch", payload)
-        if not self._stream_arguments:
-            out += self._chunk({"tool_calls": [_tool_call_json(index, call_id, name, arguments)]})
+        if not self._stream_arguments or name in self._custom:  # a custom call's input comes whole
+            out += self._chunk(
+                {"tool_calls": [_tool_call_json(index, call_id, name, arguments, self._custom)]}
+            )
         return out
 
     def _fail_call(self, raw: str, message: str) -> bytes:
@@ -242,6 +257,7 @@ def build_chat_completion(
     model: str,
     completion_id: str | None = None,
     created: int | None = None,
+    custom_tools: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The non-streaming response for a finished turn. Raises ApiError if generation failed."""
     turn = events if isinstance(events, TurnAccumulator) else TurnAccumulator().feed_all(list(events))
@@ -260,7 +276,7 @@ def build_chat_completion(
         elif isinstance(item, FailedCall):
             text.append(item.raw)
         elif isinstance(item, ToolCall):
-            call = _tool_call_json(len(calls), item.id, item.name, item.arguments)
+            call = _tool_call_json(len(calls), item.id, item.name, item.arguments, custom_tools)
             del call["index"]
             calls.append(call)
     flat_reasoning = REASONING_SEPARATOR.join(reasoning) or None

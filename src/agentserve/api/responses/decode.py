@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentserve.api import contract
 from agentserve.api._check import (
     MAX_DEPTH,
     at,
@@ -26,6 +27,7 @@ from agentserve.api._check import (
     wrong_type,
 )
 from agentserve.api._common import parse_data_url
+from agentserve.api.client_tools import RESPONSES_CLIENT_TOOLS, responses_client_tool
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.identity import BodyIdentity
 from agentserve.api.nvext import is_valid_id, parse_nvext
@@ -48,24 +50,26 @@ from agentserve.conversation import (
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 _SUMMARIES = ("auto", "concise", "detailed", "none")
 _VERBOSITY = ("low", "medium", "high")
-_KNOWN_FIELDS = frozenset(
-    {
-        "model", "instructions", "input", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text",
-        "include", "store", "previous_response_id", "prompt_cache_key", "stream", "stream_options",
-        "max_output_tokens", "temperature", "top_p", "truncation", "metadata", "user", "service_tier",
-        "client_metadata", "safety_identifier", "prompt_cache_retention", "nvext", "max_tool_calls",
-    }
-)  # fmt: skip
+# The fields this decoder knows, and those it accepts without effect: the contract table's rows.
+_KNOWN_FIELDS = contract.top_level("responses")
+_IGNORED_FIELDS = contract.ignored_top_level("responses")
 # Items produced by hosted tools on OpenAI's side: nothing our model can replay.
 _HOSTED_ITEMS = frozenset(
     {
         "web_search_call", "file_search_call", "computer_call", "computer_call_output",
-        "code_interpreter_call", "image_generation_call", "local_shell_call", "local_shell_call_output",
-        "mcp_call", "mcp_list_tools",
-        "mcp_approval_request", "mcp_approval_response", "shell_call", "shell_call_output",
-        "apply_patch_call", "apply_patch_call_output", "compaction", "tool_search_call", "tool_search_output",
+        "code_interpreter_call", "image_generation_call", "mcp_call", "mcp_list_tools",
+        "mcp_approval_request", "mcp_approval_response", "compaction", "tool_search_call",
+        "tool_search_output",
     }
 )  # fmt: skip
+# A client tool's call item: (tool name, the item's field holding the arguments).
+_CLIENT_CALLS = {
+    "local_shell_call": ("local_shell", "action"),
+    "shell_call": ("shell", "action"),
+    "apply_patch_call": ("apply_patch", "operation"),
+}
+_CLIENT_OUTPUTS = frozenset({"local_shell_call_output", "shell_call_output", "apply_patch_call_output"})
+_INCLUDE_LOGPROBS = "message.output_text.logprobs"
 
 
 class _Decoder:
@@ -78,6 +82,7 @@ class _Decoder:
         self.turn: list[Part] | None = None  # the assistant turn being collected
         self.tools: list[ToolSpec] = []
         self.tool_kinds: dict[str, ResponsesTool] = {}
+        self.item_calls: dict[str, str] = {}  # a client call item's `id` -> its call_id
 
     def flush(self) -> None:
         if self.turn is not None:
@@ -160,6 +165,48 @@ class _Decoder:
         self.call_names[call_id] = name
         self.assistant_part(ToolCall(call_id, name, arguments))
 
+    def client_call(self, item: dict[str, Any], path: str, kind: str) -> None:
+        """A `local_shell_call` / `shell_call` / `apply_patch_call` in history: the tool's call, its
+        action (or operation) as the arguments the model wrote."""
+        call_id = req_str(item, "call_id", path, nonempty=True)
+        if call_id in self.call_names:
+            raise InvalidRequestError(f"duplicate call_id {call_id!r}", param=at(path, "call_id"))
+        name, field = _CLIENT_CALLS[kind]
+        value = check_depth(expect_dict(item.get(field), at(path, field)), at(path, field))
+        if kind == "local_shell_call":  # `type: exec` is the item's, not the model's
+            value = {k: v for k, v in value.items() if k != "type"}
+        item_id = opt_str(item, "id", path)
+        if item_id:
+            self.item_calls[item_id] = call_id
+        self.call_names[call_id] = name
+        self.assistant_part(ToolCall(call_id, name, json.dumps(value, ensure_ascii=False)))
+
+    def client_output(self, item: dict[str, Any], path: str, kind: str) -> None:
+        """A client tool's answer, as text the model reads; a failed patch is a tool error."""
+        self.flush()
+        # OpenAI's `local_shell_call_output` names its call by `id` (the call's item id or call id).
+        key = "call_id" if kind != "local_shell_call_output" or "call_id" in item else "id"
+        call_id = req_str(item, key, path)
+        call_id = self.item_calls.get(call_id, call_id)
+        name = self.call_names.get(call_id)
+        if name is None:
+            raise InvalidRequestError(
+                f"no tool call found for output with call_id {call_id!r}", param=at(path, key)
+            )
+        is_error = False
+        if kind == "shell_call_output":
+            text = _shell_output(expect_list(item.get("output"), at(path, "output")), at(path, "output"))
+        elif kind == "apply_patch_call_output":
+            status = opt_str(item, "status", path)
+            if status is not None:
+                one_of(status, ("completed", "failed"), at(path, "status"))
+            is_error = status == "failed"
+            text = opt_str(item, "output", path) or (status or "")
+        else:
+            text = req_str(item, "output", path)
+        content = (Text(text),) if text else ()
+        self.messages.append(Message("tool", (ToolResult(call_id, content, is_error, name),)))
+
     def output(self, item: dict[str, Any], path: str) -> None:
         self.flush()
         call_id = req_str(item, "call_id", path)
@@ -197,6 +244,10 @@ class _Decoder:
             elif kind == "additional_tools":
                 tools = check_depth(item.get("tools"), at(path, "tools"), max_depth=MAX_DEPTH + 2)
                 self.add_tools(tools, at(path, "tools"))
+            elif kind in _CLIENT_CALLS:
+                self.client_call(item, path, kind)
+            elif kind in _CLIENT_OUTPUTS:
+                self.client_output(item, path, kind)
             elif kind in _HOSTED_ITEMS:
                 self.ignored.append(path)
             elif kind == "item_reference":
@@ -217,6 +268,13 @@ class _Decoder:
                     tool.get("tools"), at(tpath, "tools"), req_str(tool, "name", tpath, nonempty=True)
                 )
                 continue
+            if kind in RESPONSES_CLIENT_TOOLS:
+                # OpenAI's client-executed tools: shown with their schema, named by their type.
+                if kind in self.tool_kinds:
+                    raise InvalidRequestError(f"tool names must be unique: {kind!r}", param=at(tpath, "type"))
+                self.tools.append(responses_client_tool(kind))
+                self.tool_kinds[kind] = ResponsesTool(kind, namespace)  # type: ignore[arg-type]
+                continue
             if kind not in ("function", "custom"):
                 self.ignored.append(tpath)  # hosted tools run on OpenAI's side, not here
                 continue
@@ -236,6 +294,26 @@ class _Decoder:
                 enforce = _custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"), self.ignored)
             self.tools.append(ToolSpec(name, description, parameters, strict, enforce))
             self.tool_kinds[name] = ResponsesTool(kind, namespace)  # type: ignore[arg-type]
+
+
+def _shell_output(items: list[Any], path: str) -> str:
+    """A shell call's per-command results as one text: stdout, stderr and how it ended."""
+    parts: list[str] = []
+    for i, raw in enumerate(items):
+        ipath = at(path, i)
+        result = expect_dict(raw, ipath)
+        lines = [opt_str(result, "stdout", ipath) or "", opt_str(result, "stderr", ipath) or ""]
+        outcome = opt_dict(result, "outcome", ipath)
+        if outcome is not None:
+            opath = at(ipath, "outcome")
+            if opt_str(outcome, "type", opath) == "timeout":
+                lines.append("(timed out)")
+            else:
+                code = opt_int(outcome, "exit_code", opath)
+                if code is not None:
+                    lines.append(f"(exit code {code})")
+        parts.append("\n".join(line for line in lines if line))
+    return "\n\n".join(parts)
 
 
 def _custom_format(value: dict[str, Any] | None, path: str, ignored: list[str]) -> dict[str, Any] | None:
@@ -280,10 +358,17 @@ def _tool_choice(value: Any) -> ToolChoice:
         for i, raw in enumerate(expect_list(raw_tools, "tool_choice.tools") if raw_tools is not None else ()):
             tool = expect_dict(raw, at("tool_choice.tools", i))
             name = opt_str(tool, "name", at("tool_choice.tools", i))
+            if name is None and tool.get("type") in RESPONSES_CLIENT_TOOLS:
+                name = tool["type"]  # a client tool is named by its type
             if name is not None:
                 names.append(name)
         return ToolChoice(mode, allowed=tuple(names) if raw_tools is not None else None)  # type: ignore[arg-type]
-    return ToolChoice()  # a hosted tool: nothing we can force
+    if kind in RESPONSES_CLIENT_TOOLS:
+        return ToolChoice("named", kind)  # {type: local_shell|shell|apply_patch}: that client tool
+    # A hosted tool (web_search, …) runs on OpenAI's side: a forced call of it cannot be honoured.
+    raise InvalidRequestError(
+        f"Tool choice {kind!r} is a hosted tool that cannot run on this server.", param="tool_choice"
+    )
 
 
 def _text(value: Any) -> tuple[str | None, ResponseFormat | None]:
@@ -356,6 +441,14 @@ def decode_responses(
         one_of(summary, _SUMMARIES, "reasoning.summary")
     verbosity, fmt = _text(b.get("text"))
     include = str_list(b["include"], "include") if b.get("include") is not None else ()
+    if _INCLUDE_LOGPROBS in include:
+        raise InvalidRequestError(
+            f"include {_INCLUDE_LOGPROBS!r} is not supported: no log-probabilities are produced",
+            param="include",
+        )
+    if b.get("top_logprobs") is not None:
+        opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
+        raise InvalidRequestError("top_logprobs are not supported by this server", param="top_logprobs")
     cache_key = opt_str(b, "prompt_cache_key", "")
     if cache_key is not None and len(cache_key) > 1024:
         raise InvalidRequestError("must be at most 1024 characters", param="prompt_cache_key")
@@ -372,7 +465,7 @@ def decode_responses(
         if b.get(key) is not None:
             raise InvalidRequestError(f"{key} is not supported", param=key)
     for key in b:
-        if key not in _KNOWN_FIELDS and key != "background" and b[key] is not None:
+        if (key not in _KNOWN_FIELDS or key in _IGNORED_FIELDS) and b[key] is not None:
             d.ignored.append(key)
 
     tool_choice = _tool_choice(b.get("tool_choice"))
@@ -436,4 +529,5 @@ def decode_responses(
         instructions=instructions,
         tool_kinds=d.tool_kinds,
         echo=echo,
+        truncation="auto" if truncation == "auto" else "disabled",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -64,6 +65,44 @@ def _item_id(prefix: str, call_id: str) -> str:
     return prefix + hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:24]
 
 
+def _arguments(arguments: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _client_call(kind: str, call_id: str, arguments: str | None) -> dict[str, Any]:
+    """A call of OpenAI's client tools in its own item type (openai-python `ResponseOutputItem`):
+    `local_shell_call` (`action: exec`), `shell_call` (`action: {commands, …}`), `apply_patch_call`
+    (`operation`). The model's arguments are the action's / operation's fields."""
+    args = _arguments(arguments)
+    status = "completed" if arguments is not None else "in_progress"
+    if kind == "local_shell":
+        action: dict[str, Any] = {
+            "type": "exec",
+            "command": args.get("command", []),
+            "env": args.get("env", {}),
+        }
+        for key in ("working_directory", "timeout_ms", "user"):
+            if key in args:
+                action[key] = args[key]
+        return {"type": "local_shell_call", "id": _item_id("lsh_", call_id), "call_id": call_id,
+                "action": action, "status": status}  # fmt: skip
+    if kind == "shell":
+        action = {"commands": args.get("commands", [])}
+        for key in ("timeout_ms", "max_output_length"):
+            action[key] = args.get(key)
+        return {"type": "shell_call", "id": _item_id("sh_", call_id), "call_id": call_id,
+                "action": action, "status": status}  # fmt: skip
+    operation = {"type": args.get("type", "update_file"), "path": args.get("path", "")}
+    if operation["type"] != "delete_file":
+        operation["diff"] = args.get("diff", "")
+    return {"type": "apply_patch_call", "id": _item_id("apc_", call_id), "call_id": call_id,
+            "operation": operation, "status": status}  # fmt: skip
+
+
 class _Items:
     """Builds output items (shared by the stream encoder and the non-streaming builder)."""
 
@@ -99,6 +138,8 @@ class _Items:
     def call(self, call_id: str, name: str, arguments: str | None) -> dict[str, Any]:
         tool = self.request.tool_kinds.get(name) or ResponsesTool()
         done = arguments is not None
+        if tool.kind in ("local_shell", "shell", "apply_patch"):
+            return _client_call(tool.kind, call_id, arguments)
         if tool.kind == "custom":
             item: dict[str, Any] = {
                 "type": "custom_tool_call",
@@ -303,6 +344,8 @@ class ResponsesStreamEncoder:
         if item["type"] == "custom_tool_call":
             out = self._event("response.custom_tool_call_input.delta", {**where, "delta": item["input"]})
             out += self._event("response.custom_tool_call_input.done", {**where, "input": item["input"]})
+        elif item["type"] != "function_call":
+            out = b""  # a client tool's item (local_shell_call, …) comes whole in output_item.done
         else:
             out = self._event(
                 "response.function_call_arguments.done", {**where, "name": name, "arguments": arguments}

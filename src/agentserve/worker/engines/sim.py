@@ -278,6 +278,7 @@ class SimEngine:
             kv_blocks_total=self.pool.num_blocks,
             kv_blocks_cached=self.pool.cached_free,
             kv_blocks_retained=self.pool.retained,
+            kv_blocks_pinned=self.pool.pinned,
             kv_host_blocks_used=self.pool.host_used,
             kv_host_blocks_total=self.pool.host_blocks,
             prompt_tokens=s.prompt_tokens,

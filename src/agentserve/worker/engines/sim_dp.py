@@ -110,6 +110,7 @@ class DpSimEngine:
             kv_blocks_total=sum(x.kv_blocks_total for x in loads),
             kv_blocks_cached=sum(x.kv_blocks_cached for x in loads),
             kv_blocks_retained=sum(x.kv_blocks_retained for x in loads),
+            kv_blocks_pinned=sum(x.kv_blocks_pinned for x in loads),  # each rank keeps its own copy
             kv_host_blocks_used=sum(x.kv_host_blocks_used for x in loads),
             kv_host_blocks_total=sum(x.kv_host_blocks_total for x in loads),
             prompt_tokens=sum(x.prompt_tokens for x in loads),

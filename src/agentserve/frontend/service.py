@@ -127,6 +127,9 @@ class Prepared:
     tree_keyed_by_conversation: bool = False
     subagent: TreeLink | None = None
     shared_prefix_tokens: int = 0  # the deployment's (or a subagent type's) prefix, as retention saw it
+    # What the turn's blocks are released under last (its own retention, or the tree's hold or
+    # release after it): a speculative prefill releases them once more and must not demote them.
+    retention: Retention | None = None
 
     @property
     def model(self) -> str:
@@ -448,6 +451,7 @@ class Frontend:
         """Route and open the request on a worker. Raises ApiError (no capacity: overloaded)."""
         request = p.request
         prompt = p.prompt
+        p.retention = self._retention(p)
         generate = GenerateRequest(
             request_id=p.request_id,
             prompt_token_ids=prompt.token_ids,
@@ -455,7 +459,7 @@ class Frontend:
             priority=request.nvext.agent_hints.priority or 0,
             hints=generation_hints(request.conversation),
             cache_salt=request.nvext.cache_salt,
-            retention=self._retention(p),
+            retention=p.retention,
             constraint=p.constraint,
         )
         route = route_request(request, prompt.block_hashes, len(prompt.token_ids), p.identity.session_id)
@@ -587,13 +591,17 @@ class Frontend:
             spawned = tree.note_spawns(p.scope, node, made, now)
         control = p.request.nvext.session_control
         closing = control is not None and control.action == "close"  # Dynamo: done after this turn
+        update = None
         if spawned:
-            self._update_retention(context, node, parent_hold(policy, len(context), shared))
+            update = parent_hold(policy, len(context), shared)
             tree.held(node, now + policy.session_duration_s, shared)
         elif closing or (p.subagent is not None and not calls):
             # The child answered (its result goes to the parent) or the client closed the session:
             # its own KV is worth nothing now.
-            self._update_retention(context, node, child_release(policy, len(context), shared))
+            update = child_release(policy, len(context), shared)
+        if update is not None:
+            self._update_retention(context, node, update)
+            p.retention = update  # a speculative prefill after it releases the blocks alike
 
     def _update_retention(self, token_ids: list[int], session: str, retention: Retention | None) -> None:
         """Re-release a conversation's cached prompt and output under `retention`: a one-token request
@@ -661,7 +669,8 @@ class Frontend:
         # The text was cut mid-prompt: its last token may merge with what follows in the real one.
         ids = ids[:-1] if cut >= 0 else ids
         hashes = tuple(block_hashes(ids, self.pipeline.block_size, self.pipeline.hash_seed))
-        if not self.backend.speculative_prefill(ids, route_request(request, hashes, len(ids), session)):
+        route = route_request(request, hashes, len(ids), session)
+        if not self.backend.speculative_prefill(ids, route, p.retention):
             return None
         log.debug("%s: speculative prefill of %d tokens", p.request_id, len(ids))
         return replace(rendered, token_ids=ids, block_hashes=hashes)

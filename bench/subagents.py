@@ -18,9 +18,11 @@ Three caches, same trace, same scheduler, pool and timing model (`agentserve.wor
   release are one-token requests over cached blocks, as the frontend sends them;
   their prefill counts in "recomputed".
 
-Placement plays no part with one worker; with `--workers N` every variant places a parent by its
-session and a child where most of its prompt is cached (its type's prefix), ties to its parent's
-worker — the KV router's behaviour (docs/router.md), the same for all three.
+Placement plays no part with one worker. With `--workers N` a parent stays on its worker (as the KV
+router keeps a session) and a child's first turn is placed by the router's own `Placement` (the
+`kv` policy over each pool's cached prefix and the in-flight load); `tree` adds the parent's id to
+the child's route, so the router also weighs the room each worker has without evicting retained KV
+(docs/subagents.md, Placement).
 
 The loop is a discrete-event simulation: each worker's clock advances by the timing model's step
 time and idle time jumps to the next arrival, so nothing waits for real and no number depends on
@@ -42,6 +44,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentserve.config import RouterConfig
 from agentserve.frontend.retention import (
     RetentionInputs,
     RetentionPolicy,
@@ -50,6 +53,7 @@ from agentserve.frontend.retention import (
     parent_hold,
 )
 from agentserve.prompt.hashing import block_hashes
+from agentserve.router.placement import Placement, RouteRequest
 from agentserve.worker.engine import Retention
 from agentserve.worker.kvpool import KvPool
 from agentserve.worker.profiles import load_profile, shipped_profiles
@@ -115,7 +119,12 @@ def gap_seconds(rng: random.Random, median: float, longest: float) -> float:
 
 
 def run(
-    trace: Trace, gpu_blocks: int, policy: RetentionPolicy | None, timing: TimingModel
+    trace: Trace,
+    gpu_blocks: int,
+    policy: RetentionPolicy | None,
+    timing: TimingModel,
+    *,
+    tree_placement: bool = True,
 ) -> tuple[list[Turn], int]:
     """Every turn's result and the peak live working set (blocks: prefixes plus the context of every
     conversation that has not finished)."""
@@ -151,9 +160,32 @@ def run(
     first_token: dict[str, float] = {}
     results: list[Turn] = []
 
+    # The router's placement, on the sim's clock; a ticket per request counts its load until it ends.
+    sim_now = [0.0]
+    placement = Placement(
+        RouterConfig(block_size=BLOCK), rng=random.Random(trace.seed), clock=lambda: sim_now[0]
+    )
+    tickets: dict[str, int] = {}
+    names = [str(w) for w in range(trace.workers)]
+
     def place_child(c: Conv, parent: Conv) -> int:
+        if trace.workers == 1:
+            return 0
         hashes = block_hashes(c.tokens, BLOCK)
-        return max(range(trace.workers), key=lambda w: (pools[w].match(hashes), w == parent.worker))
+        for w, pool in enumerate(pools):  # what the workers' load reports say (`Placement.observe`)
+            placement.observe(names[w], 0, 0, (0, 0), room=pool.num_blocks - pool.used - pool.retained)
+        route = RouteRequest(
+            hashes,
+            len(c.tokens),
+            f"c{c.cid}",
+            osl=trace.output_tokens,
+            parent_session_id=f"p{parent.cid}" if tree_aware and tree_placement else None,
+        )
+        decision = placement.choose(
+            route, names, {names[w]: pools[w].match(hashes) for w in range(trace.workers)}
+        )
+        placement.finish(decision.ticket)  # counted again, as every turn is, when it is submitted
+        return int(decision.worker)
 
     def submit(c: Conv, at: float) -> None:
         nonlocal live_own, peak
@@ -188,6 +220,10 @@ def run(
             clocks[w] = max(clocks[w], at)
         scheds[w].add(seq)
         pending[rid] = (c, at, kind)
+        if trace.workers > 1:  # its load on the worker it is pinned to, and its session's affinity
+            session = f"{c.kind[0]}{c.cid}"
+            route = RouteRequest(seq.hashes, len(c.tokens), session, osl=n_out)
+            tickets[rid] = placement.choose(route, [names[w]], {}).ticket
 
     def update(c: Conv, retention: Retention | None, at: float) -> None:
         """A retention update as the frontend sends it: the conversation's prompt and output, cached,
@@ -270,6 +306,7 @@ def run(
         next_step = min(busy, key=lambda w: clocks[w]) if busy else None
         if arrivals and (next_step is None or arrivals[0][0] <= clocks[next_step]):
             at, _, cid = heapq.heappop(arrivals)
+            sim_now[0] = at
             submit(convs[cid], at)
             continue
         if next_step is None:
@@ -282,11 +319,14 @@ def run(
                 "a prompt larger than the GPU KV cache cannot be admitted: raise --gpu-fraction"
             )
         clocks[w] += timing.step_seconds(outcome.work)
-        now = clocks[w]
+        now = sim_now[0] = clocks[w]
         for seq in outcome.emitted:
             first_token.setdefault(seq.request_id, now)
         for seq, _reason in outcome.finished:
             c, at, kind = pending.pop(seq.request_id)
+            ticket = tickets.pop(seq.request_id, None)
+            if ticket is not None:
+                placement.finish(ticket)
             ttft = first_token.pop(seq.request_id) - at
             results.append(Turn(kind, c.cid, c.turn, seq.prompt_len, seq.cached_tokens or 0, ttft))
             if kind == "update":
@@ -350,13 +390,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="12 sessions x 8 turns (smoke run)")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--parents", type=int, default=Trace.parents, help="agent sessions")
     ap.add_argument("--gpu-fraction", type=float, default=0.8, help="GPU KV / peak live working set")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
         "--profile", default=shipped_profiles()[0], help="engine profile whose timing the sim follows"
     )
     args = ap.parse_args()
-    trace = Trace(workers=args.workers, seed=args.seed)
+    trace = Trace(parents=args.parents, workers=args.workers, seed=args.seed)
     if args.quick:
         trace = Trace(parents=12, parent_turns=8, workers=args.workers, seed=args.seed)
     profile = load_profile(args.profile)
@@ -371,22 +412,28 @@ def main() -> None:
         f"{trace.workers} worker(s); peak live working set {live} blocks; GPU {gpu} blocks/worker "
         f"({gpu * trace.workers / live:.0%})   [oracle {time.perf_counter() - t0:.1f} s]"
     )
-    variants: dict[str, RetentionPolicy | None] = {"lru": None, "retention": TODAY, "tree": TREE}
+    variants: dict[str, tuple[RetentionPolicy | None, bool]] = {
+        "lru": (None, False),
+        "retention": (TODAY, False),
+        "tree": (TREE, True),
+    }
+    if trace.workers > 1:  # what placement adds: tree-aware retention under the plain KV router
+        variants["tree-kv-place"] = (TREE, False)
     results: dict[str, list[Turn]] = {}
     summary: dict[str, dict[str, float]] = {}
     best = summarise(oracle)
     print(
-        f"{'oracle':10s} resumes {int(best['resumes']):4d} hit {best['resume_hit']:6.1%}  TTFT p50 "
+        f"{'oracle':13s} resumes {int(best['resumes']):4d} hit {best['resume_hit']:6.1%}  TTFT p50 "
         f"{best['resume_p50'] * 1e3:7.1f} p99 {best['resume_p99'] * 1e3:8.1f} ms | children "
         f"{int(best['children']):4d} TTFT p50 {best['child_p50'] * 1e3:7.1f} p99 "
         f"{best['child_p99'] * 1e3:8.1f} ms (an infinite cache: the ceiling)"
     )
-    for name, policy in variants.items():
+    for name, (policy, tree_placement) in variants.items():
         t0 = time.perf_counter()
-        results[name] = run(trace, gpu, policy, timing)[0]
+        results[name] = run(trace, gpu, policy, timing, tree_placement=tree_placement)[0]
         summary[name] = s = summarise(results[name])
         print(
-            f"{name:10s} resumes {int(s['resumes']):4d} hit {s['resume_hit']:6.1%}  "
+            f"{name:13s} resumes {int(s['resumes']):4d} hit {s['resume_hit']:6.1%}  "
             f"TTFT p50 {s['resume_p50'] * 1e3:7.1f} p99 {s['resume_p99'] * 1e3:8.1f} ms | "
             f"children {int(s['children']):4d} TTFT p50 {s['child_p50'] * 1e3:7.1f} p99 "
             f"{s['child_p99'] * 1e3:8.1f} ms | recomputed {s['recomputed'] / 1e6:6.2f}M tok "

@@ -390,7 +390,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="12 sessions x 8 turns (smoke run)")
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--parents", type=int, default=Trace.parents, help="agent sessions")
+    ap.add_argument("--parents", type=int, default=Trace().parents, help="agent sessions")
     ap.add_argument("--gpu-fraction", type=float, default=0.8, help="GPU KV / peak live working set")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(

@@ -170,6 +170,19 @@ def test_the_tree_is_linked_in_traces_and_replies_do_not_change(tmp_path: Path) 
             replies[trees] = run_tree(s)
             s.call(s.frontend.retention_updates_done())
             classes[trees] = pool_classes(s)
+            metrics = httpx.get(s.url + "/metrics").text
+        links = {
+            link: sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in metrics.splitlines()
+                if line.startswith(f'agentserve_frontend_subagent_requests_total{{link="{link}"}}')
+            )
+            for link in ("billing", "inferred", "tree")
+        }
+        # On: the billing-line child's two turns, the inferred child's first and (linked) second.
+        assert links == (
+            {"billing": 2.0, "inferred": 1.0, "tree": 1.0} if trees else dict.fromkeys(links, 0.0)
+        )
         ctx = [r["agent_context"] for r in requests_of(sink)]
         assert len(ctx) == 6
         if not trees:

@@ -95,3 +95,21 @@ def test_perfetto_groups_follow_the_tree() -> None:
         "session explore-b (parent root)",
         "session other",
     ]
+
+
+def test_subagent_links_are_a_bounded_label() -> None:
+    from agentserve.telemetry.metrics import SUBAGENT_LINKS, link_of
+
+    cases = {
+        "header:x-claude-code-parent-agent-id": "header",
+        "header:x-codex-parent-thread-id": "header",
+        "nvext.agent_context": "nvext",
+        "billing:cc_is_subagent": "billing",
+        "inferred:agent": "inferred",
+        "tree": "tree",
+        "explicit": "other",
+        "anything-a-client-sent": "other",
+    }
+    assert {source: link_of(source) for source in cases} == cases
+    assert link_of(None) == "other"
+    assert set(cases.values()) <= set(SUBAGENT_LINKS)

@@ -47,6 +47,9 @@ class AgentIdentity:
     # Codex's `x-openai-subagent` (`collab_spawn`, `review`, `compact`, …): what kind of child thread
     # this is; only a spawned one is an agent child (`frontend.subagents`).
     subagent_kind: str | None = None
+    # Codex's `thread-id`: a spawned child (Codex 0.169, captured) keeps the root's `session-id` and has
+    # a thread of its own; the subagent tree keys the child by it (`Frontend._place_in_tree`).
+    thread_id: str | None = None
 
 
 def session_from_user_id(user_id: str) -> str | None:
@@ -135,4 +138,5 @@ def resolve_identity(
     parent, parent_source = pick("parent-session-id", harness_parent, (None, None))
     trajectory, _ = pick("trajectory-id", harness_trajectory, (None, None))
     kind, _ = _lenient(h, "x-openai-subagent")
-    return AgentIdentity(session, parent, trajectory, source, parent_source if parent else None, kind)
+    thread, _ = _lenient(h, "thread-id")
+    return AgentIdentity(session, parent, trajectory, source, parent_source if parent else None, kind, thread)

@@ -410,6 +410,9 @@ class Frontend:
         conversation = request.conversation
         by_conversation = identity.source == CONVERSATION_SOURCE
         link = explicit_link(identity.parent_session_id, identity.parent_source, identity.subagent_kind)
+        if link is not None and link.parent == session and identity.thread_id not in (None, session):
+            # A Codex child keeps the root's `session-id` and names its own thread: that is its node.
+            session = identity.thread_id
         if (
             link is None
             and identity.source == "header:x-claude-code-session-id"

@@ -240,3 +240,32 @@ def test_session_control_close_releases_and_bad_controls_are_the_apis_own_400(tm
         assert r.status_code == 400
         assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
         assert "nvext.session_control.action" in r.text
+
+
+def test_a_codex_child_sharing_its_roots_session_id_is_keyed_by_its_thread(tmp_path: Path) -> None:
+    """Codex 0.169 (captured): a spawned child sends the root's `session-id`, its own `thread-id`,
+    `x-codex-parent-thread-id` and `x-openai-subagent: collab_spawn`."""
+    scenario = write_scenario(tmp_path, RULES, think("Nothing left.") + "Done." + END)
+    sink = tmp_path / "trace.jsonl"
+    root, child = "01a21c1d-root", "01a21c1d-child"
+    body = {"model": "m", "input": "Find the tests please", "tools": [], "stream": False}
+    child_headers = {
+        "session-id": root,
+        "thread-id": child,
+        "x-codex-parent-thread-id": root,
+        "x-openai-subagent": "collab_spawn",
+    }
+    with (
+        served({"script": scenario, "trace_sink": str(sink), "workers": 1}) as s,
+        httpx.Client(base_url=s.url, timeout=30) as client,
+    ):
+        for headers in ({"session-id": root, "thread-id": root}, child_headers, child_headers):
+            r = client.post("/v1/responses", json=body, headers=headers)
+            assert r.status_code == 200, r.text
+    ctx = [r["agent_context"] for r in requests_of(sink)]
+    assert [(c["session_id"], c["parent_session_id"]) for c in ctx] == [
+        (root, None),
+        (child, root),
+        (child, root),
+    ]
+    assert ctx[1]["parent_source"] == "header:x-codex-parent-thread-id"

@@ -626,6 +626,13 @@ class Frontend:
         self._retention_updates.add(task)
         task.add_done_callback(self._retention_updates.discard)
 
+    async def cancel_retention_updates(self) -> None:
+        """Cancel the retention updates in flight (shutdown)."""
+        tasks = list(self._retention_updates)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def retention_updates_done(self) -> None:
         """Wait for the retention updates in flight (tests; a clean shutdown)."""
         while self._retention_updates:
@@ -634,8 +641,11 @@ class Frontend:
     async def _send_update(self, request: GenerateRequest, route: RouteRequest) -> None:
         try:
             stream = await self.backend.generate(request, route)
-            async for _ in stream:
-                pass
+            try:
+                async for _ in stream:
+                    pass
+            finally:
+                await stream.aclose()  # cancelled (shutdown): the engine request is aborted
         except Exception as exc:  # a retention update is a hint: losing one costs cache, nothing else
             log.info("retention update %s skipped: %s", request.request_id, exc)
 

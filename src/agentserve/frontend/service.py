@@ -426,6 +426,8 @@ class Frontend:
                 link = TreeLink(identity.session_id or key, "billing:cc_is_subagent")
         if link is None:
             link = self.tree.infer_parent(scope, conversation, now)
+        elif self.tree.parent_of(session) is None:  # a child's first turn: it claims its spawn call
+            self.tree.infer_parent(scope, conversation, now, parent=link.parent)
         if link is None:
             known = self.tree.parent_of(session)  # a later turn of a child linked on its first
             link = None if known is None else TreeLink(known, "tree")

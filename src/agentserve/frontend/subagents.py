@@ -185,9 +185,13 @@ class SubagentTree:
         self._bound(now)
         return n
 
-    def infer_parent(self, scope: str, conversation: Conversation, now: float) -> TreeLink | None:
+    def infer_parent(
+        self, scope: str, conversation: Conversation, now: float, *, parent: str | None = None
+    ) -> TreeLink | None:
         """The parent whose unclaimed spawn call handed this new conversation its first prompt, same
-        API key scope; the spawn is claimed (one call, one child)."""
+        API key scope; the spawn is claimed (one call, one child). `parent`: only that parent's spawns
+        (a child its headers already link claims the call it answers, so no other conversation with
+        the same prompt is taken for it later)."""
         self._bound(now)
         if not self._spawns:
             return None
@@ -196,7 +200,7 @@ class SubagentTree:
         if not opening:
             return None
         for key, spawn in self._spawns.items():
-            if spawn.scope == scope and spawn.prompt.strip() in opening:
+            if spawn.scope == scope and spawn.prompt.strip() in opening and parent in (None, spawn.parent):
                 del self._spawns[key]
                 return TreeLink(spawn.parent, "inferred:" + spawn.tool)
         return None

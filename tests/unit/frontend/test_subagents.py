@@ -206,3 +206,17 @@ def test_a_hold_is_due_again_only_while_children_run_and_it_runs_out() -> None:
     tree.resumed("p")  # the parent's next turn: the hold is over
     assert tree.hold_due("p", now=590.0, margin_s=120.0) is None
     assert tree.hold_due("unknown", now=0.0, margin_s=1.0) is None
+
+
+def test_a_child_linked_by_its_headers_claims_only_its_parents_spawn() -> None:
+    tree = SubagentTree()
+    tree.note_spawns("k", "p1", [agent_call("same task")], now=0.0)
+    tree.note_spawns("k", "p2", [agent_call("same task")], now=0.0)
+    # p2's child arrives with headers: it claims p2's call, not p1's.
+    assert tree.infer_parent("k", new_conversation("same task"), now=1.0, parent="p2") == TreeLink(
+        "p2", "inferred:agent"
+    )
+    assert tree.infer_parent("k", new_conversation("same task"), now=1.0, parent="p2") is None
+    # So a later header-less conversation with that prompt is p1's, and nothing is left after it.
+    assert tree.infer_parent("k", new_conversation("same task"), now=1.0) == TreeLink("p1", "inferred:agent")
+    assert not tree.waiting_on_children("p1", now=1.0) and not tree.waiting_on_children("p2", now=1.0)

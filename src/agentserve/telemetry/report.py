@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agentserve.frontend.subagents import spawn_name
 from agentserve.telemetry.tool_events import ToolEventError, ToolEventRecord
 from agentserve.telemetry.trace import ToolCallTrace, TraceRecord
 
@@ -350,8 +351,10 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
 
     One process per session (its track group): `model` lanes carry a slice per turn with `queue`,
     `prefill` and `decode` inside and an instant at each tool dispatch; `tools` lanes carry one
-    slice per tool execution reported by the harness, with a flow arrow from its dispatch. Times
-    are microseconds from the first event.
+    slice per tool execution reported by the harness, with a flow arrow from its dispatch. A
+    subagent's group sits right below its parent's, with a `spawn` arrow from the parent's spawning
+    call (Agent, spawn_agent, …) to the subagent's first turn. Times are microseconds from the first
+    event.
     """
     requests = sorted(loaded.requests, key=lambda r: r.received_unix_ms)
     spans = tool_spans(loaded.tool_events)
@@ -377,16 +380,39 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
     by_session: dict[str, list[TraceRecord]] = {}
     for r in requests:
         by_session.setdefault(_session(r.session_id), []).append(r)
+    turn_tids: dict[str, list[int]] = {}
     for session, turns in by_session.items():
         pid = sessions[session]
         lanes = _lanes([(r.received_unix_ms, r.end_unix_ms) for r in turns])
         for n, (r, lane) in enumerate(zip(turns, lanes, strict=True), start=1):
             tid = lane + 1
+            turn_tids.setdefault(session, []).append(tid)
             threads.add((pid, tid, "model" if lane == 0 else f"model {lane + 1}"))
             events += _turn_events(r, n, pid, tid, us)
             for call in r.tool_calls:
                 if call.id:
                     calls_by_id[(session, call.id)] = (r, call, tid)
+    for child, parent in session_parents(requests).items():
+        spawn = _spawning_call(by_session.get(parent, []), by_session[child][0])
+        if spawn is None:
+            continue
+        index, at = spawn
+        flow = len(events)
+        common = {"name": "spawn", "cat": "flow", "id": flow}
+        events.append(
+            {**common, "ph": "s", "ts": us(at), "pid": sessions[parent], "tid": turn_tids[parent][index]}
+        )
+        first = by_session[child][0]
+        events.append(
+            {
+                **common,
+                "ph": "f",
+                "bp": "e",
+                "ts": us(first.received_unix_ms),
+                "pid": sessions[child],
+                "tid": turn_tids[child][0],
+            }
+        )
 
     spans_by_session: dict[str, list[ToolEventRecord]] = {}
     for s in spans:
@@ -458,6 +484,20 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
     # Per track, in time order; a parent slice before the children that start with it.
     events.sort(key=lambda e: (e["pid"], e["tid"], e["ts"], -e.get("dur", 0.0), e["ph"] != "X"))
     return {"traceEvents": meta + events, "displayTimeUnit": "ms", "otherData": {"origin_unix_ms": origin}}
+
+
+def _spawning_call(parent_turns: Sequence[TraceRecord], first: TraceRecord) -> tuple[int, float] | None:
+    """(index of the parent's turn, dispatch time) of the last spawning call the parent dispatched
+    before the subagent's first turn arrived (None: none recorded)."""
+    best: tuple[int, float] | None = None
+    for i, r in enumerate(parent_turns):
+        for call in r.tool_calls:
+            if call.dispatch_ms is None or spawn_name(call.name) is None:
+                continue
+            at = r.received_unix_ms + call.dispatch_ms
+            if at <= first.received_unix_ms and (best is None or at >= best[1]):
+                best = (i, at)
+    return best
 
 
 def _turn_events(

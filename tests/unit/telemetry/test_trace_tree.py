@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from telemetry_synth import Turn, build, write_jsonl
+from telemetry_synth import Call, Turn, build, write_jsonl
 
 from agentserve.cli import main
 from agentserve.conversation import Usage
@@ -113,3 +113,25 @@ def test_subagent_links_are_a_bounded_label() -> None:
     assert {source: link_of(source) for source in cases} == cases
     assert link_of(None) == "other"
     assert set(cases.values()) <= set(SUBAGENT_LINKS)
+
+
+def test_a_spawn_arrow_runs_from_the_parents_agent_call_to_the_childs_first_turn() -> None:
+    spawning = Turn("root", 0.0, 0.1, 0.5, Usage(1000, 50, 800), calls=[Call("toolu_1", "Agent", 0.4)])
+    trace = [
+        spawning,
+        turn("explore-a", 1.0, parent="root"),
+        turn("explore-a", 2.0, parent="root"),
+        turn("orphan", 2.5, parent="root-without-a-spawn-call"),
+        turn("root", 3.0),
+    ]
+    doc = perfetto(parse_lines(json.dumps(x) for x in build(trace)))
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    arrows = [e for e in doc["traceEvents"] if e["name"] == "spawn"]
+    assert [(e["ph"], names[e["pid"]]) for e in arrows] == [
+        ("s", "session root"),
+        ("f", "session explore-a (parent root)"),
+    ]
+    start, finish = arrows
+    assert start["id"] == finish["id"] and start["ts"] < finish["ts"]
+    # The arrow leaves at the dispatch of the Agent call (0.4 s in) and lands at the child's arrival.
+    assert (start["ts"], finish["ts"]) == (400_000.0, 1_000_000.0)

@@ -431,8 +431,10 @@ class Frontend:
         if link is None:
             known = self.tree.parent_of(session)  # a later turn of a child linked on its first
             link = None if known is None else TreeLink(known, "tree")
-        if conversation.tools:  # an agent turn of the session (a Claude Code title request, tool-less,
-            self.tree.resumed(session)  # shares the session id and does not end a hold)
+        # An agent turn of the session ends its hold; Claude Code's tool-less title request, which
+        # shares the session id, does not.
+        if conversation.tools:
+            self.tree.resumed(session)
         if link is None or link.parent == session:
             return session, by_conversation, None
         kind = prompt.block_hashes[0] if prompt.block_hashes else None

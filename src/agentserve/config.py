@@ -104,6 +104,11 @@ class FrontendConfig(PromptConfig):
     kv_retention_prefix_priority: int = Field(
         90, ge=0, le=100, description="retention priority of the shared system/tools prefix (no expiry)"
     )
+    subagent_trees: bool = Field(
+        True,
+        description="link subagents to their parent session (headers, billing line, spawn calls) and let "
+        "retention and placement keep the waiting parent's KV (docs/subagents.md); never changes replies",
+    )
     port: int = Field(8000, ge=0, le=65535, description="port to listen on")
     apis: list[ApiName] = Field(default_factory=lambda: list(ALL_APIS), description="APIs served")
     enable_streaming_tool_dispatch: bool = Field(True, description="dispatch tool calls while decoding")

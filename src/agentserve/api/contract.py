@@ -64,6 +64,14 @@ _NVEXT = (
     _e("nvext.agent_context.parent_session_id", "session tree: retention and placement"),
     _e("nvext.agent_context.trajectory_id", "traces"),
     _e("nvext.cache_salt", "salts the block hashes (KV isolation)"),
+    _e("nvext.session_control", "Dynamo's subagent session control (docs/subagents.md)"),
+    _e("nvext.session_control.session_id", "session id, as `agent_context.session_id` (which wins)"),
+    _e("nvext.session_control.parent_session_id", "session tree: retention and placement"),
+    _e("nvext.session_control.action", "`close`: the session's own KV is released after the turn"),
+    _i(
+        "nvext.session_control.timeout",
+        "our retention durations apply (a session's KV is never pinned beyond them)",
+    ),
 )
 
 # -- Anthropic Messages ---------------------------------------------------------------------------

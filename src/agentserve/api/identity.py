@@ -43,6 +43,13 @@ class AgentIdentity:
     parent_session_id: str | None = None
     trajectory_id: str | None = None
     source: str | None = None  # where the session id came from (for traces, never a metric label)
+    parent_source: str | None = None  # where the parent session id came from
+    # Codex's `x-openai-subagent` (`collab_spawn`, `review`, `compact`, …): what kind of child thread
+    # this is; only a spawned one is an agent child (`frontend.subagents`).
+    subagent_kind: str | None = None
+    # Codex's `thread-id`: a spawned child (Codex 0.169, captured) keeps the root's `session-id` and has
+    # a thread of its own; the subagent tree keys the child by it (`Frontend._place_in_tree`).
+    thread_id: str | None = None
 
 
 def session_from_user_id(user_id: str) -> str | None:
@@ -128,6 +135,8 @@ def resolve_identity(
     body = body or BodyIdentity()
     body_session = (body.session_id, body.source) if body.session_id else (None, None)
     session, source = pick("session-id", harness_session, body_session)
-    parent, _ = pick("parent-session-id", harness_parent, (None, None))
+    parent, parent_source = pick("parent-session-id", harness_parent, (None, None))
     trajectory, _ = pick("trajectory-id", harness_trajectory, (None, None))
-    return AgentIdentity(session, parent, trajectory, source)
+    kind, _ = _lenient(h, "x-openai-subagent")
+    thread, _ = _lenient(h, "thread-id")
+    return AgentIdentity(session, parent, trajectory, source, parent_source if parent else None, kind, thread)

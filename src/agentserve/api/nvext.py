@@ -3,6 +3,11 @@
 `nvext.agent_hints` carry serving intent to the router: `priority` (higher first), `osl` (expected
 output tokens) and `speculative_prefill` (warm the next turn's prefix after this one).
 `nvext.agent_context` names the session explicitly (headers are preferred: see `identity`).
+`nvext.session_control` is Dynamo's experimental subagent control (`{session_id, action:
+"open"|"bind"|"close", timeout}`, plus `parent_session_id` as Dynamo PR #11347 proposes): its ids
+complete `agent_context`, and `close` says the session is done after this turn, so its own KV can be
+released at once (docs/subagents.md). `timeout` is accepted and has no effect here (our retention
+durations apply); `open`/`bind` change nothing beyond the session id (our router keeps affinity).
 Unknown nvext fields are accepted and reported in `ignored`, so newer clients keep working.
 """
 
@@ -10,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from agentserve.api._check import at, expect_dict, opt_bool, opt_int, opt_str
 from agentserve.api.errors import InvalidRequestError
@@ -50,23 +55,39 @@ class AgentContext:
     trajectory_id: str | None = None
 
 
+SessionAction = Literal["open", "bind", "close"]
+MAX_SESSION_TIMEOUT_S = 2**32 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class SessionControl:
+    session_id: str | None = None
+    parent_session_id: str | None = None
+    action: SessionAction | None = None
+    timeout_s: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class NvExt:
     agent_hints: AgentHints = AgentHints()
     agent_context: AgentContext | None = None
     cache_salt: str | None = None
     ignored: tuple[str, ...] = field(default=())
+    session_control: SessionControl | None = None
 
 
 _HINT_KEYS = frozenset({"priority", "osl", "speculative_prefill"})
 _CONTEXT_KEYS = frozenset({"session_id", "parent_session_id", "trajectory_id"})
+_CONTROL_KEYS = frozenset({"session_id", "parent_session_id", "action", "timeout"})
+_ACTIONS: tuple[SessionAction, ...] = ("open", "bind", "close")
+_NVEXT_KEYS = ("agent_hints", "agent_context", "cache_salt", "session_control")
 
 
 def parse_nvext(value: Any, path: str = "nvext") -> NvExt:
     if value is None:
         return NvExt()
     nv = expect_dict(value, path)
-    ignored = [at(path, k) for k in nv if k not in ("agent_hints", "agent_context", "cache_salt")]
+    ignored = [at(path, k) for k in nv if k not in _NVEXT_KEYS]
 
     hints = AgentHints()
     raw_hints = nv.get("agent_hints")
@@ -92,7 +113,30 @@ def parse_nvext(value: Any, path: str = "nvext") -> NvExt:
         )
         ignored += [at(cpath, k) for k in c if k not in _CONTEXT_KEYS]
 
+    control = None
+    raw_control = nv.get("session_control")
+    if raw_control is not None:
+        spath = at(path, "session_control")
+        sc = expect_dict(raw_control, spath)
+        action = opt_str(sc, "action", spath)
+        if action is not None and action not in _ACTIONS:
+            raise InvalidRequestError("must be one of open, bind, close", param=at(spath, "action"))
+        control = SessionControl(
+            session_id=checked_id(sc, "session_id", spath),
+            parent_session_id=checked_id(sc, "parent_session_id", spath),
+            action=action,
+            timeout_s=opt_int(sc, "timeout", spath, minimum=0, maximum=MAX_SESSION_TIMEOUT_S),
+        )
+        ignored += [at(spath, k) for k in sc if k not in _CONTROL_KEYS]
+        # Its ids name the session as agent_context does (agent_context's own values win).
+        base = context or AgentContext()
+        context = AgentContext(
+            session_id=base.session_id or control.session_id,
+            parent_session_id=base.parent_session_id or control.parent_session_id,
+            trajectory_id=base.trajectory_id,
+        )
+
     salt = opt_str(nv, "cache_salt", path)
     if salt is not None and len(salt) > 256:
         raise InvalidRequestError("must be at most 256 characters", param=at(path, "cache_salt"))
-    return NvExt(hints, context, salt, tuple(ignored))
+    return NvExt(hints, context, salt, tuple(ignored), control)

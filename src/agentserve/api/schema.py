@@ -52,13 +52,24 @@ class AgentContext(_Open):
     trajectory_id: Annotated[str, Field(pattern=_ID_PATTERN)] | None = None
 
 
+class SessionControl(_Open):
+    """Dynamo's experimental `session_control`: ids complete `agent_context`; `close` releases the
+    session's own KV after this turn (docs/subagents.md); `timeout` has no effect here."""
+
+    session_id: Annotated[str, Field(pattern=_ID_PATTERN)] | None = None
+    parent_session_id: Annotated[str, Field(pattern=_ID_PATTERN)] | None = None
+    action: Literal["open", "bind", "close"] | None = None
+    timeout: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None
+
+
 class NvExt(_Open):
     """Serving hints (Dynamo's `nvext`): priority and expected output length for the router,
-    session ids, a cache salt."""
+    session ids, a cache salt, Dynamo's session control."""
 
     agent_hints: AgentHints | None = None
     agent_context: AgentContext | None = None
     cache_salt: str | None = None
+    session_control: SessionControl | None = None
 
 
 Temperature1 = Annotated[float, Field(ge=0, le=1)]

@@ -209,6 +209,7 @@ def create_app(
         try:
             yield
         finally:
+            await frontend.cancel_retention_updates()  # hints in flight: nothing waits for them
             await backend.stop()
             await frontend.state.close()
             frontend.telemetry.close()

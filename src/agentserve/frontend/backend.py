@@ -27,7 +27,7 @@ from agentserve.router.dispatch import (
     WorkerTransport,
 )
 from agentserve.router.placement import RouteRequest
-from agentserve.worker.engine import Engine, GenerateRequest, KvEvent
+from agentserve.worker.engine import Engine, GenerateRequest, KvEvent, Retention
 
 if TYPE_CHECKING:
     from agentserve.router.remote import Backend as RemoteBackend
@@ -50,9 +50,12 @@ class Backend(Protocol):
         the engine's `InvalidRequestError`)."""
         ...
 
-    def speculative_prefill(self, prompt_token_ids: Sequence[int], route: RouteRequest) -> bool:
+    def speculative_prefill(
+        self, prompt_token_ids: Sequence[int], route: RouteRequest, retention: Retention | None = None
+    ) -> bool:
         """Prefill a predicted prompt in the background where `route` leads (lowest priority, one
-        token; `Dispatcher.speculative_prefill`); False when it was not started."""
+        token; `Dispatcher.speculative_prefill`), its blocks released under `retention`; False when it
+        was not started."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -158,8 +161,10 @@ class EngineBackend:
     async def generate(self, request: GenerateRequest, route: RouteRequest) -> DispatchedStream:
         return await self.dispatcher.generate(request, route)
 
-    def speculative_prefill(self, prompt_token_ids: Sequence[int], route: RouteRequest) -> bool:
-        return self.dispatcher.speculative_prefill(prompt_token_ids, route) is not None
+    def speculative_prefill(
+        self, prompt_token_ids: Sequence[int], route: RouteRequest, retention: Retention | None = None
+    ) -> bool:
+        return self.dispatcher.speculative_prefill(prompt_token_ids, route, retention) is not None
 
     def describe(self) -> dict[str, Any]:
         stats = self.router.stats()
@@ -200,10 +205,12 @@ class RoutedBackend:
             raise NoCapacityError("the frontend is still connecting to its workers")
         return await self._dispatcher.generate(request, route)
 
-    def speculative_prefill(self, prompt_token_ids: Sequence[int], route: RouteRequest) -> bool:
+    def speculative_prefill(
+        self, prompt_token_ids: Sequence[int], route: RouteRequest, retention: Retention | None = None
+    ) -> bool:
         if self._dispatcher is None:
             return False
-        return self._dispatcher.speculative_prefill(prompt_token_ids, route) is not None
+        return self._dispatcher.speculative_prefill(prompt_token_ids, route, retention) is not None
 
     def describe(self) -> dict[str, Any]:
         live = sorted(self.remote.workers()) if self.remote is not None else []

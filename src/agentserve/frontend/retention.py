@@ -18,6 +18,24 @@ does not, and turns it into a `Retention` (TensorRT-LLM's 0..100 scale, default 
   0..`max_priority`, which stays below the pinned prefix);
 - mode `off`: no retention (the engine's plain LRU).
 
+Subagent trees (`tree_aware`, docs/subagents.md). A parent whose turn spawned subagents waits longer
+than any tool gap and is certain to come back, so it must outrank the burst of new prefixes its
+children bring; under one session class it is the oldest and goes first. Three retentions:
+
+- `parent_hold`: once a parent's turn ends in spawning calls, its prompt and output are re-released
+  at `parent_priority` (above the session class, below the shared prefix) for `session_duration_s`,
+  re-armed while a child still runs (the frontend's `SubagentTree` knows when);
+- a child's turn (`subagent`): its private blocks at `child_priority` for `child_duration_s`; the
+  prefix it shares with its siblings (one subagent type's system prompt and tools) at
+  `prefix_priority` like the deployment's prefix, but for `child_duration_s` after the last sibling
+  turn rather than forever;
+- `child_release`: once a child answered (a turn without tool calls: its result goes to the parent),
+  its private blocks drop to the lowest class at once; the type's prefix stays for its siblings.
+
+Hold and release reach the engine as a one-token request over blocks already cached: the last
+release of a block decides its class (the sim's pool; TensorRT-LLM takes a request's
+`KvCacheRetentionConfig` for the blocks it stores, `worker/engines/trtllm_retention.py`).
+
 Past its duration a block falls back to the default class, so retention can never pin memory
 forever except for the shared prefix, whose size the deployment bounds.
 """
@@ -50,13 +68,24 @@ class RetentionPolicy:
     idle_duration_s: float = 120.0
     hint_step: int = 5  # priority added per unit of agent_hints.priority
     max_priority: int = 85  # session blocks never outrank the shared prefix
+    tree_aware: bool = True  # a parent waiting on subagents outranks them and other sessions' gaps
+    parent_priority: int = 85  # a parent in a subagent gap (capped at max_priority)
+    child_priority: int = 80  # a running child's own blocks (capped below parent_priority)
+    child_duration_s: float = 120.0
 
     def __post_init__(self) -> None:
-        for name in ("prefix_priority", "session_priority", "idle_priority", "max_priority"):
+        for name in (
+            "prefix_priority",
+            "session_priority",
+            "idle_priority",
+            "max_priority",
+            "parent_priority",
+            "child_priority",
+        ):
             value = getattr(self, name)
             if not RETENTION_PRIORITY_MIN <= value <= RETENTION_PRIORITY_MAX:
                 raise ValueError(f"{name} must be within 0..100, got {value}")
-        if self.session_duration_s <= 0 or self.idle_duration_s <= 0:
+        if self.session_duration_s <= 0 or self.idle_duration_s <= 0 or self.child_duration_s <= 0:
             raise ValueError("retention durations must be positive")
         if self.prefix_duration_s is not None and self.prefix_duration_s <= 0:
             raise ValueError("prefix_duration_s must be positive (or None: no expiry)")
@@ -72,6 +101,7 @@ class RetentionInputs:
     after_tool_result: bool = False  # the last message is a tool result: an agent loop in flight
     hint_priority: int | None = None  # agent_hints.priority
     idle_s: float | None = None  # time since the session's previous turn finished (None: first)
+    subagent: bool = False  # a subagent's turn: a child in a tree whose parent waits on it
 
 
 OFF = RetentionPolicy(mode="off")
@@ -83,6 +113,8 @@ def decide_retention(policy: RetentionPolicy, inputs: RetentionInputs) -> Retent
     if policy.mode == "off" or inputs.prompt_tokens <= 0:
         return None
     prefix = max(0, min(inputs.shared_prefix_tokens, inputs.prompt_tokens))
+    if policy.tree_aware and inputs.subagent:
+        return _child_retention(policy, inputs, prefix)
     agent = inputs.has_tools or inputs.after_tool_result
     came_back_late = inputs.idle_s is not None and inputs.idle_s > policy.session_duration_s
     if agent:
@@ -102,6 +134,56 @@ def decide_retention(policy: RetentionPolicy, inputs: RetentionInputs) -> Retent
     if priority == RETENTION_PRIORITY_DEFAULT:
         return Retention(tuple(ranges)) if ranges else None
     return Retention(tuple(ranges), decode_priority=priority, decode_duration_s=duration)
+
+
+def _child_retention(policy: RetentionPolicy, inputs: RetentionInputs, prefix: int) -> Retention:
+    """A subagent's turn: its type's shared prefix like the deployment's, its own blocks below the
+    parent's session class; both only while the tree runs (`child_duration_s` after this turn)."""
+    priority = policy.child_priority
+    if inputs.hint_priority:
+        priority += inputs.hint_priority * policy.hint_step
+    # Never at or above the held parent's class: the parent waiting on it must outrank every child.
+    priority = max(RETENTION_PRIORITY_MIN, min(priority, _parent_class(policy) - 1))
+    duration = policy.child_duration_s
+    ranges: list[TokenRangeRetention] = []
+    if prefix:
+        ranges.append(TokenRangeRetention(0, prefix, policy.prefix_priority, duration))
+    if prefix < inputs.prompt_tokens:
+        ranges.append(TokenRangeRetention(prefix, None, priority, duration))
+    return Retention(tuple(ranges), decode_priority=priority, decode_duration_s=duration)
+
+
+def _parent_class(policy: RetentionPolicy) -> int:
+    return min(policy.parent_priority, policy.max_priority)
+
+
+def parent_hold(policy: RetentionPolicy, tokens: int, shared_prefix_tokens: int) -> Retention | None:
+    """The retention that re-releases a parent's prompt and output (`tokens` of them) while it waits on
+    its subagents (None: retention off or not tree-aware)."""
+    if policy.mode == "off" or not policy.tree_aware or tokens <= 0:
+        return None
+    prefix = max(0, min(shared_prefix_tokens, tokens))
+    priority, duration = _parent_class(policy), policy.session_duration_s
+    ranges: list[TokenRangeRetention] = []
+    if prefix:
+        ranges.append(TokenRangeRetention(0, prefix, policy.prefix_priority, policy.prefix_duration_s))
+    if prefix < tokens:
+        ranges.append(TokenRangeRetention(prefix, None, priority, duration))
+    return Retention(tuple(ranges), decode_priority=priority, decode_duration_s=duration)
+
+
+def child_release(policy: RetentionPolicy, tokens: int, shared_prefix_tokens: int) -> Retention | None:
+    """The retention that re-releases an answered child's prompt and output: its own blocks to the
+    lowest class, its type's prefix kept for siblings (None: retention off or not tree-aware)."""
+    if policy.mode == "off" or not policy.tree_aware or tokens <= 0:
+        return None
+    prefix = max(0, min(shared_prefix_tokens, tokens))
+    ranges: list[TokenRangeRetention] = []
+    if prefix:
+        ranges.append(TokenRangeRetention(0, prefix, policy.prefix_priority, policy.child_duration_s))
+    if prefix < tokens:
+        ranges.append(TokenRangeRetention(prefix, None, RETENTION_PRIORITY_MIN, None))
+    return Retention(tuple(ranges), decode_priority=RETENTION_PRIORITY_MIN)
 
 
 class RetentionTracker:

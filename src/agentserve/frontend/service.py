@@ -12,8 +12,10 @@ metrics). HTTP specifics stay in `app.py` and `http.py`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -59,7 +61,15 @@ from agentserve.frontend.plan import (
     sampling_params,
 )
 from agentserve.frontend.relay import Relay
-from agentserve.frontend.retention import RetentionInputs, RetentionPolicy, RetentionTracker, decide_retention
+from agentserve.frontend.retention import (
+    RetentionInputs,
+    RetentionPolicy,
+    RetentionTracker,
+    child_release,
+    decide_retention,
+    parent_hold,
+)
+from agentserve.frontend.subagents import SubagentTree, TreeLink, explicit_link, is_claude_subagent
 from agentserve.frontend.surfaces import (
     Context,
     StreamWriter,
@@ -78,16 +88,18 @@ from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splic
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, WorkerLostError
+from agentserve.router.placement import RouteRequest
 from agentserve.state import open_store, state_url
 from agentserve.state.shared import SharedState
 from agentserve.telemetry import RequestTelemetry, Telemetry
-from agentserve.worker.engine import GenerateRequest, Retention
+from agentserve.worker.engine import GenerateRequest, Retention, SamplingParams
 from agentserve.worker.engine import InvalidRequestError as EngineInvalidRequest
 
 log = logging.getLogger("agentserve.frontend")
 
 WORKER_LOST = "the worker serving this request failed; retry the request"
 _MAX_SESSIONS = 4096  # sessions whose last prompt length is kept (a drift's cause needs it)
+_MAX_RETENTION_UPDATES = 64  # subagent-tree retention updates in flight (hold / release)
 
 
 @dataclass(slots=True)
@@ -107,6 +119,17 @@ class Prepared:
     drift: DriftReport | None
     trace: RequestTelemetry
     constraint: Constraint | None = None  # the grammar the engine enforces (None: unconstrained)
+    # The subagent tree (docs/subagents.md): the conversation's key in the tree (the session id, or
+    # its own conversation key for a Claude Code child that reuses its parent's session id), whether
+    # that key is a conversation key (it moves once turn 1's reply anchors it), and its parent link.
+    # Read by retention and placement only, never by anything that shapes the reply.
+    tree_session: str | None = None
+    tree_keyed_by_conversation: bool = False
+    subagent: TreeLink | None = None
+    shared_prefix_tokens: int = 0  # the deployment's (or a subagent type's) prefix, as retention saw it
+    # What the turn's blocks are released under last (its own retention, or the tree's hold or
+    # release after it): a speculative prefill releases them once more and must not demote them.
+    retention: Retention | None = None
 
     @property
     def model(self) -> str:
@@ -155,7 +178,16 @@ class Frontend:
             max_priority=min(
                 config.kv_retention_prefix_priority, max(config.kv_retention_session_priority, 85)
             ),
+            tree_aware=config.subagent_trees,
+            # A parent waiting on subagents: the highest class below the shared prefix; its running
+            # children stay in the session class (`decide_retention` keeps them below the parent).
+            parent_priority=min(
+                config.kv_retention_prefix_priority, max(config.kv_retention_session_priority, 85)
+            ),
+            child_priority=config.kv_retention_session_priority,
         )
+        self.tree = SubagentTree() if config.subagent_trees else None
+        self._retention_updates: set[asyncio.Task[None]] = set()
         self._retention_tracker = RetentionTracker(pipeline.block_size)
         self.models: list[ModelFacts] = served_models(config, pipeline.family)
         self._model_ids = frozenset(i for m in self.models for i in m.ids)
@@ -341,6 +373,7 @@ class Frontend:
             drift=drift,
             previous_prompt_tokens=previous_prompt,
         )
+        tree_session, by_conversation, link = self._place_in_tree(request, identity, prompt, trace, scope)
         return Prepared(
             surface=surface,
             request=request,
@@ -355,12 +388,78 @@ class Frontend:
             drift=drift,
             trace=trace,
             constraint=constraint,
+            tree_session=tree_session,
+            tree_keyed_by_conversation=by_conversation,
+            subagent=link,
         )
+
+    def _place_in_tree(
+        self,
+        request: DecodedRequest,
+        identity: AgentIdentity,
+        prompt: RenderedPrompt,
+        trace: RequestTelemetry,
+        scope: str,
+    ) -> tuple[str | None, bool, TreeLink | None]:
+        """(the conversation's key in the subagent tree, whether it is a conversation key, its parent
+        link) — `frontend.subagents`; the identity the reply depends on is left as it is."""
+        session = identity.session_id
+        if self.tree is None or session is None:
+            return session, False, None
+        now = time.monotonic()
+        conversation = request.conversation
+        by_conversation = identity.source == CONVERSATION_SOURCE
+        link = explicit_link(identity.parent_session_id, identity.parent_source, identity.subagent_kind)
+        if link is not None and link.parent == session and identity.thread_id not in (None, session):
+            # A Codex child keeps the root's `session-id` and names its own thread: that is its node.
+            session = identity.thread_id
+        if (
+            link is None
+            and identity.source == "header:x-claude-code-session-id"
+            and is_claude_subagent(conversation.system)
+        ):
+            # An older Claude Code child keeps its parent's session id and says only this: it is its
+            # own conversation under that session (one session id is not one linear conversation).
+            key = conversation_key(conversation, self.pipeline.strip)
+            if key is not None:
+                session, by_conversation = key, True
+                link = TreeLink(identity.session_id or key, "billing:cc_is_subagent")
+        if link is None:
+            link = self.tree.infer_parent(scope, conversation, now)
+        elif self.tree.parent_of(session) is None:  # a child's first turn: it claims its spawn call
+            self.tree.infer_parent(scope, conversation, now, parent=link.parent)
+        if link is None:
+            known = self.tree.parent_of(session)  # a later turn of a child linked on its first
+            link = None if known is None else TreeLink(known, "tree")
+        # An agent turn of the session ends its hold; Claude Code's tool-less title request, which
+        # shares the session id, does not.
+        if conversation.tools:
+            self.tree.resumed(session)
+        if link is None or link.parent == session:
+            return session, by_conversation, None
+        kind = prompt.block_hashes[0] if prompt.block_hashes else None
+        self.tree.child_turn(session, link, kind, now)
+        trace.linked(session, link.parent, link.source)
+        self._rearm_hold(link.parent, now)
+        return session, by_conversation, link
+
+    def _rearm_hold(self, parent: str, now: float) -> None:
+        """A child still runs while its parent's hold is about to run out: hold the parent again (its
+        last prompt + output, as the drift detector remembers them)."""
+        assert self.tree is not None
+        policy = self._retention_policy
+        shared = self.tree.hold_due(parent, now, policy.child_duration_s)
+        context = None if shared is None else self.drift.last(parent)
+        if shared is None or context is None:
+            return
+        self._update_retention(list(context), parent, parent_hold(policy, len(context), shared))
+        self.tree.held(parent, now + policy.session_duration_s, shared)
 
     async def open(self, p: Prepared) -> Generation:
         """Route and open the request on a worker. Raises ApiError (no capacity: overloaded)."""
         request = p.request
         prompt = p.prompt
+        p.retention = self._retention(p)
         generate = GenerateRequest(
             request_id=p.request_id,
             prompt_token_ids=prompt.token_ids,
@@ -368,10 +467,12 @@ class Frontend:
             priority=request.nvext.agent_hints.priority or 0,
             hints=generation_hints(request.conversation),
             cache_salt=request.nvext.cache_salt,
-            retention=self._retention(request, prompt, p.identity.session_id),
+            retention=p.retention,
             constraint=p.constraint,
         )
         route = route_request(request, prompt.block_hashes, len(prompt.token_ids), p.identity.session_id)
+        if p.subagent is not None:  # placement keeps the parent's worker for it (router/placement.py)
+            route = replace(route, parent_session_id=p.subagent.parent)
         try:
             stream = await self.backend.generate(generate, route)
         except (NoCapacityError, RouterOverloadedError) as exc:
@@ -394,12 +495,12 @@ class Frontend:
             keep_token_ids=p.identity.session_id is not None,
         )
 
-    def _retention(
-        self, request: DecodedRequest, prompt: RenderedPrompt, session: str | None
-    ) -> Retention | None:
+    def _retention(self, p: Prepared) -> Retention | None:
         if self._retention_policy.mode == "off":
             return None
-        shared, idle = self._retention_tracker.observe(prompt.block_hashes, session, time.monotonic())
+        request, prompt = p.request, p.prompt
+        shared, idle = self._retention_tracker.observe(prompt.block_hashes, p.tree_session, time.monotonic())
+        p.shared_prefix_tokens = shared
         messages = request.conversation.messages
         inputs = RetentionInputs(
             prompt_tokens=len(prompt.token_ids),
@@ -408,6 +509,7 @@ class Frontend:
             after_tool_result=bool(messages) and messages[-1].role == "tool",
             hint_priority=request.nvext.agent_hints.priority,
             idle_s=idle,
+            subagent=p.subagent is not None,
         )
         return decide_retention(self._retention_policy, inputs)
 
@@ -443,6 +545,7 @@ class Frontend:
                 p.trace.relabel(session)
                 hashes = p.prompt.block_hashes
                 self._retention_tracker.rename(turn_one, session, hashes[0] if hashes else None)
+        self._tree_turn_ended(p, gen, events, calls=calls, first_turn=first_turn, reply=reply)
         if session is not None:
             self._remember_session(p, gen, events, session, calls=calls, turn=reply)
         if p.request.nvext.agent_hints.speculative_prefill and not p.discard_output:
@@ -458,6 +561,98 @@ class Frontend:
                 message = self.ctx.memory.turn(first.id, memory_scope)
                 if message is not None:
                     await self.state.save_turns(memory_scope, (message,))
+
+    def _tree_turn_ended(
+        self,
+        p: Prepared,
+        gen: Generation,
+        events: list[OutputEvent],
+        *,
+        calls: bool,
+        first_turn: bool,
+        reply: TurnAccumulator | None,
+    ) -> None:
+        """The tree learns that a turn ended: a child that answered stops running; spawning calls are
+        remembered for inference; a conversation-keyed node moves to the key its turn 2 will show."""
+        tree, node = self.tree, p.tree_session
+        if tree is None or node is None:
+            return
+        now = time.monotonic()
+        if p.tree_keyed_by_conversation and first_turn:
+            reply = reply or TurnAccumulator().feed_all(events)
+            anchored = key_after(p.request.conversation, reply.message(), self.pipeline.strip)
+            if anchored is not None and anchored != node:
+                tree.rename(node, anchored)
+                if p.subagent is not None:
+                    p.trace.linked(anchored, p.subagent.parent, p.subagent.source)
+                if p.identity.source != CONVERSATION_SOURCE:  # `_after` moved the others already
+                    hashes = p.prompt.block_hashes
+                    self._retention_tracker.rename(node, anchored, hashes[0] if hashes else None)
+                node = anchored
+        tree.turn_ended(node, tool_calls=calls, now=now)
+        policy, shared = self._retention_policy, p.shared_prefix_tokens
+        context = [*p.prompt.token_ids, *gen.generated]
+        spawned = 0
+        if calls:
+            names = {e.index: e.name for e in events if type(e) is ToolCallStart}
+            made = [(names.get(e.index, ""), e.arguments) for e in events if type(e) is ToolCallEnd]
+            spawned = tree.note_spawns(p.scope, node, made, now)
+        control = p.request.nvext.session_control
+        closing = control is not None and control.action == "close"  # Dynamo: done after this turn
+        update = None
+        if spawned:
+            update = parent_hold(policy, len(context), shared)
+            tree.held(node, now + policy.session_duration_s, shared)
+        elif closing or (p.subagent is not None and not calls):
+            # The child answered (its result goes to the parent) or the client closed the session:
+            # its own KV is worth nothing now.
+            update = child_release(policy, len(context), shared)
+        if update is not None:
+            self._update_retention(context, node, update)
+            p.retention = update  # a speculative prefill after it releases the blocks alike
+
+    def _update_retention(self, token_ids: list[int], session: str, retention: Retention | None) -> None:
+        """Re-release a conversation's cached prompt and output under `retention`: a one-token request
+        over blocks its turn just left in the cache (the last release decides a block's class; the
+        engine adapters map `Retention` as for any request). Fire and forget, bounded; it never
+        touches a reply. It runs at normal priority, so it lands before the burst of children a
+        spawn brings (bench/subagents.py: behind them, the parent is evicted first)."""
+        if retention is None or len(self._retention_updates) >= _MAX_RETENTION_UPDATES:
+            return
+        bs, seed = self.pipeline.block_size, self.pipeline.hash_seed
+        route = RouteRequest(tuple(block_hashes(token_ids, bs, seed)), len(token_ids), session, osl=1)
+        request = GenerateRequest(
+            f"retain-{uuid.uuid4().hex}",
+            token_ids,
+            SamplingParams(max_tokens=1),
+            retention=retention,
+        )
+        task = asyncio.get_running_loop().create_task(self._send_update(request, route))
+        self._retention_updates.add(task)
+        task.add_done_callback(self._retention_updates.discard)
+
+    async def cancel_retention_updates(self) -> None:
+        """Cancel the retention updates in flight (shutdown)."""
+        tasks = list(self._retention_updates)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def retention_updates_done(self) -> None:
+        """Wait for the retention updates in flight (tests; a clean shutdown)."""
+        while self._retention_updates:
+            await asyncio.gather(*self._retention_updates, return_exceptions=True)
+
+    async def _send_update(self, request: GenerateRequest, route: RouteRequest) -> None:
+        try:
+            stream = await self.backend.generate(request, route)
+            try:
+                async for _ in stream:
+                    pass
+            finally:
+                await stream.aclose()  # cancelled (shutdown): the engine request is aborted
+        except Exception as exc:  # a retention update is a hint: losing one costs cache, nothing else
+            log.info("retention update %s skipped: %s", request.request_id, exc)
 
     def speculate(
         self, p: Prepared, gen: Generation, reply: TurnAccumulator, session: str | None
@@ -492,7 +687,8 @@ class Frontend:
         # The text was cut mid-prompt: its last token may merge with what follows in the real one.
         ids = ids[:-1] if cut >= 0 else ids
         hashes = tuple(block_hashes(ids, self.pipeline.block_size, self.pipeline.hash_seed))
-        if not self.backend.speculative_prefill(ids, route_request(request, hashes, len(ids), session)):
+        route = route_request(request, hashes, len(ids), session)
+        if not self.backend.speculative_prefill(ids, route, p.retention):
             return None
         log.debug("%s: speculative prefill of %d tokens", p.request_id, len(ids))
         return replace(rendered, token_ids=ids, block_hashes=hashes)

@@ -513,6 +513,12 @@ MAPPINGS: tuple[Mapping, ...] = (
         _s(lambda s: s.workers.kv_cache.retention.prefix_priority),
     ),
     Mapping(
+        "workers.kvCache.retention.subagentTrees",
+        "frontend",
+        "subagent_trees",
+        _s(lambda s: s.workers.kv_cache.retention.subagent_trees),
+    ),
+    Mapping(
         "workers.kvCache.hostCacheBytes",
         "worker",
         "host_cache_size",

@@ -458,6 +458,11 @@ class KvRetentionSpec(_Spec):
     prefix_priority: int = Field(
         90, ge=0, le=100, description="priority of the shared system/tools prefix (kept without expiry)"
     )
+    subagent_trees: bool = Field(
+        True,
+        description="link subagents to their parent session; hold a parent waiting on subagents, release "
+        "an answered subagent's KV, keep the parent's worker (docs/subagents.md); never changes replies",
+    )
 
 
 class KvCacheSpec(_Spec):

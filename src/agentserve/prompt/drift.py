@@ -114,6 +114,10 @@ class DriftDetector:
         self._sessions.move_to_end(session)
         return compare(previous, prompt, self._decode)
 
+    def last(self, session: str) -> Sequence[int] | None:
+        """The session's last prompt + output as remembered (None: not, or no longer, known)."""
+        return self._sessions.get(session)
+
     def remember(self, session: str, prompt: Sequence[int], generated: Sequence[int] = ()) -> None:
         """Record what this turn's prompt and output were, for the session's next prompt."""
         old = self._sessions.pop(session, None)

@@ -163,9 +163,11 @@ class RouterCore:
         self.remove_worker(worker)
         self._admit_waiting()
 
-    def observe_load(self, worker: str, requests: int, blocks: int, tracked: tuple[int, int]) -> None:
+    def observe_load(
+        self, worker: str, requests: int, blocks: int, tracked: tuple[int, int], room: int | None = None
+    ) -> None:
         """What `worker` reports it holds (see `Placement.observe`); waiters may fit now."""
-        self.placement.observe(worker, requests, blocks, tracked)
+        self.placement.observe(worker, requests, blocks, tracked, room)
         self._admit_waiting()
 
     def expire_tickets(self, max_age_s: float) -> int:

@@ -41,6 +41,7 @@ from agentserve.worker.engine import (
     GenerateRequest,
     Hints,
     InvalidRequestError,
+    Retention,
     SamplingParams,
     Step,
     StepStream,
@@ -409,8 +410,12 @@ class Dispatcher:
 
     # -- speculative prefill -----------------------------------------------------------------------
 
-    async def warm(self, prompt_token_ids: Sequence[int], route: RouteRequest) -> Warmed | None:
+    async def warm(
+        self, prompt_token_ids: Sequence[int], route: RouteRequest, retention: Retention | None = None
+    ) -> Warmed | None:
         """Prefill `prompt_token_ids` where `route` leads, at the lowest priority, one output token.
+        `retention`: what its blocks are released under (the session's own: a warm-up releases them
+        last, and the last release decides their class, so without it a warm-up would demote them).
 
         None when it could not run (no capacity, a worker lost): a warm-up is only a hint.
         """
@@ -419,6 +424,7 @@ class Dispatcher:
             prompt_token_ids,
             SamplingParams(max_tokens=1),
             priority=WARM_PRIORITY,
+            retention=retention,
         )
         stream = DispatchedStream(self, request, replace(route, priority=WARM_PRIORITY, osl=1))
         try:
@@ -430,13 +436,13 @@ class Dispatcher:
         return Warmed(stream.decision.worker, stream.cached_tokens or 0)
 
     def speculative_prefill(
-        self, prompt_token_ids: Sequence[int], route: RouteRequest
+        self, prompt_token_ids: Sequence[int], route: RouteRequest, retention: Retention | None = None
     ) -> asyncio.Task[Warmed | None] | None:
         """Start `warm` in the background (the frontend does not wait for it); None if too many
         are in flight already."""
         if len(self._warming) >= self.max_warming:
             return None
-        task = asyncio.get_running_loop().create_task(self.warm(prompt_token_ids, route))
+        task = asyncio.get_running_loop().create_task(self.warm(prompt_token_ids, route, retention))
         self._warming.add(task)
         task.add_done_callback(self._warming.discard)
         return task

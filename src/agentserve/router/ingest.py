@@ -385,8 +385,10 @@ class _Member:
         core = self.fleet.core
         if self.stopped or self.endpoint.id not in core.workers:
             return  # removed meanwhile: its load was forgotten with it
+        # Room a subagent can take without evicting retained KV (router/placement.py, trees).
+        room = current.kv_blocks_total - current.kv_blocks_used - current.kv_blocks_retained
         core.observe_load(
-            self.endpoint.id, current.running + current.waiting, current.kv_blocks_used, tracked
+            self.endpoint.id, current.running + current.waiting, current.kv_blocks_used, tracked, room
         )
 
     async def _health(self, client: WorkerProbe) -> None:

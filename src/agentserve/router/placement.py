@@ -8,6 +8,14 @@ Ties go to the worker the session last used, while that affinity is fresh. An in
 counts its prompt blocks plus its expected output (`agent_hints.osl`, else a default) so that long
 generations weigh on a worker before they have produced anything.
 
+Subagent trees (docs/subagents.md): a request that names its parent session (a subagent's turn)
+keeps the parent's affinity fresh, so the parent returns to its worker however long its children
+run; and where the parent's worker lacks the room the child would take (free blocks beyond those
+running requests use and those retained for sessions, from the workers' load reports) while
+another candidate has it, the blocks the child would push out of retention there are priced like
+a miss (they will be recomputed when the parent resumes). Siblings follow their shared prefix by
+the overlap term like every request.
+
 `round-robin`, `random` and `least-loaded` exist for comparison (bench/routing.py).
 Pure: time and randomness are injected.
 """
@@ -35,6 +43,7 @@ class RouteRequest:
     session_id: str | None = None
     priority: int = 0
     osl: int | None = None  # expected output length in tokens (agent_hints.osl)
+    parent_session_id: str | None = None  # a subagent's turn: the session waiting on it
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,9 @@ class Placement:
         # Load the workers report that this router did not route (requests, KV blocks): what a
         # restarted router, or one replica among several, rebuilds its view from (`observe`).
         self._untracked: dict[str, tuple[int, int]] = {}
+        # Blocks a worker can allocate without evicting retained KV (its last load report; absent:
+        # not known, and then no worker is priced for it).
+        self._room: dict[str, int] = {}
         self._affinity: OrderedDict[str, tuple[str, float]] = OrderedDict()  # session -> (worker, expiry)
         self._max_sessions = max_sessions
         self._rr = 0
@@ -105,7 +117,9 @@ class Placement:
         """(requests, blocks) this router routed to `worker` and has not seen finish."""
         return self._requests.get(worker, 0), self._worker_load.get(worker, 0)
 
-    def observe(self, worker: str, requests: int, blocks: int, tracked: tuple[int, int]) -> None:
+    def observe(
+        self, worker: str, requests: int, blocks: int, tracked: tuple[int, int], room: int | None = None
+    ) -> None:
         """The worker's own count of the requests it holds (running + waiting) and the KV blocks
         they use, asked when this router tracked `tracked` (= `self.tracked(worker)` then).
 
@@ -113,7 +127,10 @@ class Placement:
         beyond this router's tickets is load routed elsewhere (another replica, or this one
         before it restarted): it counts until the next report replaces it, so a restarted router
         starts from what the worker really runs. Comparing with the tickets of the moment of the
-        question (not of the answer) keeps a request that finished meanwhile from counting twice."""
+        question (not of the answer) keeps a request that finished meanwhile from counting twice.
+        `room`: blocks it can allocate without evicting retained KV (total − used − retained)."""
+        if room is not None:
+            self._room[worker] = max(0, room)
         extra = (max(0, requests - tracked[0]), max(0, blocks - tracked[1]))
         if extra == (0, 0):
             self._untracked.pop(worker, None)
@@ -129,6 +146,7 @@ class Placement:
         return len(old)
 
     def forget_worker(self, worker: str) -> None:
+        self._room.pop(worker, None)
         for ticket in [t for t, f in self._inflight.items() if f.worker == worker]:
             self.finish(ticket)
         for session in [s for s, (w, _) in self._affinity.items() if split_target(w)[0] == worker]:
@@ -152,6 +170,7 @@ class Placement:
         prompt_blocks = -(-request.prompt_tokens // bs)
         policy = self.config.policy
         costs: dict[str, float] = {}
+        parent_worker = self._hold_parent(request.parent_session_id)
         if policy == "round-robin":
             worker = candidates[self._rr % len(candidates)]
             self._rr += 1
@@ -169,6 +188,8 @@ class Placement:
                         # A host hit is a copy back (~2 µs/token), not a recompute (~15+ µs/token).
                         uncached += self.config.host_hit_weight * min(host_overlaps.get(w, 0), cached)
                     costs[w] = self.config.overlap_weight * uncached + self.config.load_weight * load
+            if parent_worker is not None and policy == "kv":
+                self._spare_parent(costs, parent_worker, request, overlaps, prompt_blocks)
             worker = self._select(costs, request.session_id)
         overlap = min(overlaps.get(worker, 0), prompt_blocks)
         osl = request.osl if request.osl is not None else DEFAULT_OSL_TOKENS
@@ -219,6 +240,46 @@ class Placement:
         if sticky in tied:
             return sticky
         return tied[0] if len(tied) == 1 else self._rng.choice(tied)
+
+    # -- subagent trees ----------------------------------------------------------------------------
+
+    def _hold_parent(self, parent: str | None) -> str | None:
+        """The parent's worker, its affinity refreshed: it holds for as long as children keep coming."""
+        worker = self._sticky_worker(parent)
+        if worker is not None:
+            self._remember(parent, worker)
+        return worker
+
+    def _spare_parent(
+        self,
+        costs: dict[str, float],
+        parent_target: str,
+        request: RouteRequest,
+        overlaps: Mapping[str, int],
+        prompt_blocks: int,
+    ) -> None:
+        """Price the retained blocks a child would evict on its parent's worker, when another
+        candidate has the room to take it without evicting any."""
+        bs = self.config.block_size
+        osl = request.osl if request.osl is not None else DEFAULT_OSL_TOKENS
+
+        def needs(target: str) -> int:
+            return prompt_blocks - min(overlaps.get(target, 0), prompt_blocks) + -(-osl // bs)
+
+        parent_worker = split_target(parent_target)[0]
+        room = self._room.get(parent_worker)
+        if room is None:
+            return
+        for target in costs:
+            if split_target(target)[0] != parent_worker:
+                continue
+            pushed_out = needs(target) - room
+            elsewhere = any(
+                split_target(t)[0] != parent_worker and self._room.get(split_target(t)[0], -1) >= needs(t)
+                for t in costs
+            )
+            if pushed_out > 0 and elsewhere:
+                costs[target] += self.config.overlap_weight * pushed_out
 
     # -- session affinity --------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ Two encodings, chosen by `Content-Type` (the reply uses the request's):
 
 ::
 
-    POST /route          {"block_hashes", "prompt_tokens", "session_id"?, "priority"?, "osl"?, "exclude"?}
+    POST /route          {"block_hashes", "prompt_tokens", "session_id"?, "priority"?, "osl"?, "exclude"?,
+                          "parent_session_id"?}
       200                {"worker", "url", "overlap_blocks", "prompt_blocks", "cost", "policy", "ticket"}
     POST /finish         {"ticket"}                 204
     POST /worker_failed  {"worker"}                 204
@@ -111,6 +112,8 @@ def encode_route(request: RouteRequest, exclude: frozenset[str], encoding: Encod
         body["priority"] = request.priority
     if request.osl is not None:
         body["osl"] = request.osl
+    if request.parent_session_id is not None:
+        body["parent_session_id"] = request.parent_session_id
     if exclude:
         body["exclude"] = sorted(exclude)
     return dumps(body, encoding)
@@ -118,7 +121,15 @@ def encode_route(request: RouteRequest, exclude: frozenset[str], encoding: Encod
 
 def decode_route(body: bytes, encoding: Encoding) -> RouteCall:
     data = loads(body, encoding)
-    unknown = set(data) - {"block_hashes", "prompt_tokens", "session_id", "priority", "osl", "exclude"}
+    unknown = set(data) - {
+        "block_hashes",
+        "prompt_tokens",
+        "session_id",
+        "priority",
+        "osl",
+        "exclude",
+        "parent_session_id",
+    }
     if unknown:
         raise RouteWireError(f"unknown fields: {', '.join(sorted(unknown))}")
     raw = data.get("block_hashes", [])
@@ -136,6 +147,9 @@ def decode_route(body: bytes, encoding: Encoding) -> RouteCall:
     session = data.get("session_id")
     if session is not None and not isinstance(session, str):
         raise RouteWireError("session_id must be a string")
+    parent = data.get("parent_session_id")
+    if parent is not None and not isinstance(parent, str):
+        raise RouteWireError("parent_session_id must be a string")
     exclude = data.get("exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(w, str) for w in exclude):
         raise RouteWireError("exclude must be an array of worker ids")
@@ -145,6 +159,7 @@ def decode_route(body: bytes, encoding: Encoding) -> RouteCall:
         session,
         _int(data, "priority") or 0,
         _int(data, "osl", minimum=0),
+        parent,
     )
     return RouteCall(request, frozenset(exclude))
 

@@ -100,6 +100,9 @@ class RequestTelemetry:
     def relabel(self, session_id: str) -> None:
         self.builder.relabel(session_id)
 
+    def linked(self, session_id: str, parent_session_id: str, source: str) -> None:
+        self.builder.linked(session_id, parent_session_id, source)
+
     def finished(self, usage: Usage, reason: FinishReason, t: float | None = None) -> TraceRecord:
         return self._complete(self.builder.finished(usage, reason, t))
 

@@ -65,6 +65,20 @@ _HARNESS_BY_SOURCE = {
 }
 
 
+# How a subagent's request was linked to its parent (`TraceRecord.parent_source`,
+# frontend/subagents.py): a bounded enum.
+SUBAGENT_LINKS = ("header", "nvext", "billing", "inferred", "tree", "other")
+
+
+def link_of(parent_source: str | None) -> str:
+    """`header`, `nvext`, `billing` (Claude Code's `cc_is_subagent`), `inferred` (a spawn call's
+    prompt), `tree` (a later turn of a child linked before), `other`."""
+    if parent_source is None:
+        return "other"
+    kind = parent_source.split(":", 1)[0].split(".", 1)[0]
+    return kind if kind in SUBAGENT_LINKS else "other"
+
+
 def harness_of(source: str | None) -> str:
     """`claude-code`, `codex`, `opencode`; `agentserve` for our own and Dynamo's headers and
     `nvext.agent_context` (any harness can send them); `other` for any other source (a conversation
@@ -135,6 +149,12 @@ class FrontendMetrics:
         am = ("api", "model")
         self.requests = Counter(
             f"{PREFIX}_requests", "Requests by API, model and final status.", [*am, "status"], registry=r
+        )
+        self.subagent_requests = Counter(
+            f"{PREFIX}_subagent_requests",
+            "Requests of subagents, by how they were linked to their parent session (docs/subagents.md).",
+            ["link"],
+            registry=r,
         )
         self.harness_requests = Counter(
             f"{PREFIX}_harness_requests",
@@ -293,6 +313,8 @@ class FrontendMetrics:
             s.inflight.dec()
         self.requests.labels(api, model, record.status).inc()
         self.harness_requests.labels(api, harness_of(record.identity_source)).inc()
+        if record.parent_session_id is not None:
+            self.subagent_requests.labels(link_of(record.parent_source)).inc()
         s.duration.observe(record.total_ms / 1000.0)
         if record.ttft_ms is not None:
             s.ttft.observe(record.ttft_ms / 1000.0)

@@ -17,11 +17,12 @@ import gzip
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agentserve.frontend.subagents import spawn_name
 from agentserve.telemetry.tool_events import ToolEventError, ToolEventRecord
 from agentserve.telemetry.trace import ToolCallTrace, TraceRecord
 
@@ -119,6 +120,9 @@ class SessionSummary:
     dispatch_lead_p50_ms: float | None
     dispatch_lead_mean_ms: float | None
     drift_events: int
+    # The subagent tree (docs/subagents.md): the session's parent and its depth under the root.
+    parent_session_id: str | None = None
+    depth: int = 0
 
     @property
     def cache_hit_ratio(self) -> float | None:
@@ -142,6 +146,8 @@ class SessionSummary:
             "dispatch_lead_p50_ms": _r(self.dispatch_lead_p50_ms),
             "dispatch_lead_mean_ms": _r(self.dispatch_lead_mean_ms),
             "drift_events": self.drift_events,
+            "parent_session_id": self.parent_session_id,
+            "depth": self.depth,
         }
 
 
@@ -186,8 +192,49 @@ def _summarize(session_id: str, requests: list[TraceRecord], spans: list[ToolEve
     )
 
 
+def session_parents(requests: Iterable[TraceRecord]) -> dict[str, str]:
+    """Each subagent session's parent, as its records name it (the last one named wins)."""
+    parents: dict[str, str] = {}
+    for r in sorted(requests, key=lambda r: r.received_unix_ms):
+        if r.parent_session_id and r.parent_session_id != r.session_id:
+            parents[_session(r.session_id)] = r.parent_session_id
+    return parents
+
+
+def tree_order(names: Sequence[str], parents: Mapping[str, str]) -> list[tuple[str, int]]:
+    """`names` (in order of first activity) as a forest: each root, then its children depth first,
+    with their depths. A parent that has no records of its own roots its children where it is first
+    named; a cycle (ids are untrusted) is broken where it closes."""
+    children: dict[str, list[str]] = {}
+    for name in names:
+        parent = parents.get(name)
+        if parent is not None:
+            children.setdefault(parent, []).append(name)
+    out: list[tuple[str, int]] = []
+    placed: set[str] = set()
+
+    def visit(name: str, depth: int) -> None:
+        stack = [(name, depth)]
+        while stack:
+            node, d = stack.pop()
+            if node in placed:
+                continue
+            placed.add(node)
+            out.append((node, d))
+            stack.extend((c, d + 1) for c in reversed(children.get(node, [])))
+
+    known = set(names)
+    for name in names:
+        parent = parents.get(name)
+        if parent is None or parent not in known:
+            visit(name, 0 if parent is None else 1)
+    for name in names:  # what a cycle left out
+        visit(name, 0)
+    return out
+
+
 def summarize(loaded: Loaded) -> list[SessionSummary]:
-    """One summary per session, in order of first activity."""
+    """One summary per session: roots in order of first activity, each followed by its subagents."""
     by_session: dict[str, list[TraceRecord]] = {}
     for r in sorted(loaded.requests, key=lambda r: r.received_unix_ms):
         by_session.setdefault(_session(r.session_id), []).append(r)
@@ -195,7 +242,15 @@ def summarize(loaded: Loaded) -> list[SessionSummary]:
     for s in tool_spans(loaded.tool_events):
         spans_by_session.setdefault(s.event.session_id, []).append(s)
     names = list(by_session) + [s for s in spans_by_session if s not in by_session]
-    return [_summarize(n, by_session.get(n, []), spans_by_session.get(n, [])) for n in names]
+    parents = session_parents(loaded.requests)
+    return [
+        replace(
+            _summarize(n, by_session.get(n, []), spans_by_session.get(n, [])),
+            parent_session_id=parents.get(n),
+            depth=depth,
+        )
+        for n, depth in tree_order(names, parents)
+    ]
 
 
 def total(loaded: Loaded) -> SessionSummary:
@@ -239,9 +294,11 @@ def format_table(summaries: Sequence[SessionSummary], overall: SessionSummary | 
     for s in [*summaries, *([overall] if overall is not None else [])]:
         ratio = "-" if s.model_time_ms <= 0 else f"{s.tool_time_ms / s.model_time_ms:.2f}"
         hit = "-" if s.cache_hit_ratio is None else f"{100 * s.cache_hit_ratio:.1f}%"
+        # Subagents sit under their parent, indented by depth (the id itself is sanitised first).
+        indent = "  " * min(s.depth, 8) + ("└ " if s.depth else "")
         rows.append(
             (
-                _cell(s.session_id, 40),
+                indent + _cell(s.session_id, 40 - len(indent)),
                 str(s.turns),
                 _fmt_ms(s.ttft_p50_ms),
                 _fmt_ms(s.ttft_p95_ms),
@@ -294,8 +351,10 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
 
     One process per session (its track group): `model` lanes carry a slice per turn with `queue`,
     `prefill` and `decode` inside and an instant at each tool dispatch; `tools` lanes carry one
-    slice per tool execution reported by the harness, with a flow arrow from its dispatch. Times
-    are microseconds from the first event.
+    slice per tool execution reported by the harness, with a flow arrow from its dispatch. A
+    subagent's group sits right below its parent's, with a `spawn` arrow from the parent's spawning
+    call (Agent, spawn_agent, …) to the subagent's first turn. Times are microseconds from the first
+    event.
     """
     requests = sorted(loaded.requests, key=lambda r: r.received_unix_ms)
     spans = tool_spans(loaded.tool_events)
@@ -308,6 +367,11 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
     sessions: dict[str, int] = {}
     for name in [_session(r.session_id) for r in requests] + [s.event.session_id for s in spans]:
         sessions.setdefault(name, len(sessions) + 1)
+    # Track groups in tree order: a subagent's group right below its parent's (whose tool lane holds
+    # the spawning call the child runs inside).
+    order = {
+        name: n for n, (name, _depth) in enumerate(tree_order(list(sessions), session_parents(requests)))
+    }
 
     events: list[dict[str, Any]] = []
     threads: set[tuple[int, int, str]] = set()
@@ -316,16 +380,39 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
     by_session: dict[str, list[TraceRecord]] = {}
     for r in requests:
         by_session.setdefault(_session(r.session_id), []).append(r)
+    turn_tids: dict[str, list[int]] = {}
     for session, turns in by_session.items():
         pid = sessions[session]
         lanes = _lanes([(r.received_unix_ms, r.end_unix_ms) for r in turns])
         for n, (r, lane) in enumerate(zip(turns, lanes, strict=True), start=1):
             tid = lane + 1
+            turn_tids.setdefault(session, []).append(tid)
             threads.add((pid, tid, "model" if lane == 0 else f"model {lane + 1}"))
             events += _turn_events(r, n, pid, tid, us)
             for call in r.tool_calls:
                 if call.id:
                     calls_by_id[(session, call.id)] = (r, call, tid)
+    for child, parent in session_parents(requests).items():
+        spawn = _spawning_call(by_session.get(parent, []), by_session[child][0])
+        if spawn is None:
+            continue
+        index, at = spawn
+        flow = len(events)
+        common = {"name": "spawn", "cat": "flow", "id": flow}
+        events.append(
+            {**common, "ph": "s", "ts": us(at), "pid": sessions[parent], "tid": turn_tids[parent][index]}
+        )
+        first = by_session[child][0]
+        events.append(
+            {
+                **common,
+                "ph": "f",
+                "bp": "e",
+                "ts": us(first.received_unix_ms),
+                "pid": sessions[child],
+                "tid": turn_tids[child][0],
+            }
+        )
 
     spans_by_session: dict[str, list[ToolEventRecord]] = {}
     for s in spans:
@@ -373,7 +460,7 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
                 }
             )
 
-    parents = {_session(r.session_id): r.parent_session_id for r in requests if r.parent_session_id}
+    parents = session_parents(requests)
     meta: list[dict[str, Any]] = []
     for session, pid in sessions.items():
         label = f"session {_cell(session, 128)}"
@@ -381,7 +468,13 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
             label += f" (parent {_cell(parents[session] or '', 128)})"
         meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": label}})
         meta.append(
-            {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}
+            {
+                "name": "process_sort_index",
+                "ph": "M",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": order.get(session, pid)},
+            }
         )
     for pid, tid, name in sorted(threads):
         meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
@@ -391,6 +484,20 @@ def perfetto(loaded: Loaded) -> dict[str, Any]:
     # Per track, in time order; a parent slice before the children that start with it.
     events.sort(key=lambda e: (e["pid"], e["tid"], e["ts"], -e.get("dur", 0.0), e["ph"] != "X"))
     return {"traceEvents": meta + events, "displayTimeUnit": "ms", "otherData": {"origin_unix_ms": origin}}
+
+
+def _spawning_call(parent_turns: Sequence[TraceRecord], first: TraceRecord) -> tuple[int, float] | None:
+    """(index of the parent's turn, dispatch time) of the last spawning call the parent dispatched
+    before the subagent's first turn arrived (None: none recorded)."""
+    best: tuple[int, float] | None = None
+    for i, r in enumerate(parent_turns):
+        for call in r.tool_calls:
+            if call.dispatch_ms is None or spawn_name(call.name) is None:
+                continue
+            at = r.received_unix_ms + call.dispatch_ms
+            if at <= first.received_unix_ms and (best is None or at >= best[1]):
+                best = (i, at)
+    return best
 
 
 def _turn_events(

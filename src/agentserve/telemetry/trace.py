@@ -232,6 +232,7 @@ class TraceRecord:
     parent_session_id: str | None = None
     trajectory_id: str | None = None
     identity_source: str | None = None
+    parent_source: str | None = None  # where the parent link came from (a header, the billing line, inferred)
     x_request_id: str | None = None
     # timings, ms (None: the request never got there)
     preprocess_ms: float | None = None  # received -> prompt rendered and tokenized
@@ -313,6 +314,8 @@ class TraceRecord:
                 "parent_session_id": self.parent_session_id,
                 "trajectory_id": self.trajectory_id,
                 "source": self.identity_source,
+                # Only on a subagent's records: readers of the envelope before it see no change.
+                **({"parent_source": self.parent_source} if self.parent_source is not None else {}),
             },
             "request": request,
         }
@@ -348,6 +351,7 @@ class TraceRecord:
             parent_session_id=_opt_str(ctx, "parent_session_id"),
             trajectory_id=_opt_str(ctx, "trajectory_id"),
             identity_source=_opt_str(ctx, "source"),
+            parent_source=_opt_str(ctx, "parent_source"),
             x_request_id=_opt_str(r, "x_request_id"),
             preprocess_ms=_opt_float(r, "preprocess_time_ms"),
             prefill_wait_ms=_opt_float(r, "prefill_wait_time_ms"),
@@ -496,6 +500,7 @@ class TraceBuilder:
         "_input_length",
         "_last_output_t",
         "_migrations",
+        "_parent_source",
         "_prefill_t",
         "_reasoning_segments",
         "_record",
@@ -532,6 +537,7 @@ class TraceBuilder:
         # The caller's x-request-id is untrusted: kept only when it is a well-formed id.
         self.x_request_id = x_request_id if x_request_id and is_valid_id(x_request_id) else None
         self._identity = identity or AgentIdentity()
+        self._parent_source: str | None = None
         self._replay_hashes = replay_hashes
         self._clock = clock
         self._wall_clock = wall_clock
@@ -562,6 +568,12 @@ class TraceBuilder:
         """Record the request under `session_id` (a header-less conversation's turn 1, once its reply
         gives it the key its later turns show: `prompt.session.key_after`)."""
         self._identity = replace(self._identity, session_id=session_id)
+
+    def linked(self, session_id: str, parent_session_id: str, source: str) -> None:
+        """Record the request as a subagent's turn under `parent_session_id` (`frontend.subagents`:
+        a link the identity headers did not carry whole, e.g. inferred from a spawn call)."""
+        self._identity = replace(self._identity, session_id=session_id, parent_session_id=parent_session_id)
+        self._parent_source = source
 
     @property
     def record(self) -> TraceRecord | None:
@@ -746,6 +758,7 @@ class TraceBuilder:
             parent_session_id=ident.parent_session_id,
             trajectory_id=ident.trajectory_id,
             identity_source=ident.source,
+            parent_source=self._parent_source or ident.parent_source,
             x_request_id=self.x_request_id,
             preprocess_ms=preprocess,
             prefill_wait_ms=prefill_wait,

@@ -19,7 +19,7 @@ from sim_scenarios import END, qwen_call, think, write_scenario
 from stack import Served, served
 
 from agentserve.router.placement import RouteRequest
-from agentserve.worker.engine import GenerateRequest
+from agentserve.worker.engine import GenerateRequest, Retention
 
 RULES: list[dict[str, Any]] = [
     {"match": "USEBASH", "output": think("Run it.") + qwen_call("bash", {"command": "ls"}) + END},
@@ -402,9 +402,11 @@ def test_speculative_prefill_warms_the_next_turns_prefix(stack: Served) -> None:
         sent.append(request)
         return await generate(request, route)
 
-    def recording_prefill(ids: Sequence[int], route: RouteRequest) -> bool:
+    def recording_prefill(
+        ids: Sequence[int], route: RouteRequest, retention: Retention | None = None
+    ) -> bool:
         warmed.append((ids, route))
-        return prefill(ids, route)
+        return prefill(ids, route, retention)
 
     backend.generate = recording_generate
     backend.speculative_prefill = recording_prefill

@@ -33,7 +33,11 @@ def test_claude_code_subagent() -> None:
         "x-claude-code-parent-agent-id": "agent-1",
     }
     assert resolve_identity(headers) == AgentIdentity(
-        "agent-7", "agent-1", CLAUDE_SESSION, "header:x-claude-code-agent-id"
+        "agent-7",
+        "agent-1",
+        CLAUDE_SESSION,
+        "header:x-claude-code-agent-id",
+        parent_source="header:x-claude-code-parent-agent-id",
     )
     no_parent = CLAUDE_CODE_HEADERS | {"X-Claude-Code-Agent-Id": "agent-7"}
     assert resolve_identity(no_parent).parent_session_id == CLAUDE_SESSION
@@ -43,8 +47,11 @@ def test_codex_and_opencode_headers() -> None:
     assert resolve_identity(CODEX_HEADERS).session_id == CODEX_THREAD
     assert resolve_identity({"thread-id": "t1"}).session_id == "t1"
     assert resolve_identity({"session_id": "s_1"}).session_id == "s_1"
-    child = resolve_identity({"session-id": "c", "x-codex-parent-thread-id": "p"})
-    assert (child.session_id, child.parent_session_id) == ("c", "p")
+    child = resolve_identity(
+        {"session-id": "c", "x-codex-parent-thread-id": "p", "x-openai-subagent": "collab_spawn"}
+    )
+    assert (child.session_id, child.parent_session_id, child.subagent_kind) == ("c", "p", "collab_spawn")
+    assert child.parent_source == "header:x-codex-parent-thread-id"
     oc = resolve_identity({"x-session-id": "ses_1", "x-parent-session-id": "ses_0"})
     assert (oc.session_id, oc.parent_session_id) == ("ses_1", "ses_0")
 
@@ -59,7 +66,9 @@ def test_canonical_wins_over_everything() -> None:
     ident = resolve_identity(
         headers, AgentContext("ctx", "ctx-parent", "ctx-traj"), BodyIdentity("body", "metadata.user_id")
     )
-    assert ident == AgentIdentity("ours", "dyn-parent", "traj", "header:x-agentserve-session-id")
+    assert ident == AgentIdentity(
+        "ours", "dyn-parent", "traj", "header:x-agentserve-session-id", "header:x-dynamo-parent-session-id"
+    )
     dynamo = resolve_identity({"x-dynamo-session-id": "dyn"}, AgentContext("ctx"))
     assert dynamo.session_id == "dyn"
     ctx = resolve_identity(CODEX_HEADERS, AgentContext("ctx", None, "t"))

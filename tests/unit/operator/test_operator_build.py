@@ -229,6 +229,10 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"workers": {"kvCache": {"retention": {"prefixPriority": 100}}}},
         {("frontend", "kv_retention_prefix_priority"): 100},
     ),
+    "workers.kvCache.retention.subagentTrees": (
+        {"workers": {"kvCache": {"retention": {"subagentTrees": False}}}},
+        {("frontend", "subagent_trees"): False},
+    ),
     "workers.kvCache.hostCacheBytes": (
         {"workers": {"kvCache": {"hostCacheBytes": 68719476736}}},
         {("worker", "host_cache_size"): 68719476736},

@@ -18,7 +18,7 @@ from agentserve.config import ALL_APIS, FrontendConfig
 from agentserve.conversation import TextDelta, ToolCallEnd, ToolCallError, ToolCallStart, Usage
 from agentserve.prompt.drift import DriftReport
 from agentserve.telemetry.hub import Telemetry
-from agentserve.telemetry.metrics import HARNESSES, FrontendMetrics, harness_of
+from agentserve.telemetry.metrics import HARNESSES, SUBAGENT_LINKS, FrontendMetrics, harness_of
 from agentserve.telemetry.tool_events import DispatchIndex, parse_tool_event
 from agentserve.telemetry.trace import CALL_STATUSES, DRIFT_CAUSES, STATUSES, TraceBuilder, TraceRecord
 
@@ -171,6 +171,7 @@ ALLOWED_LABELS: dict[str, set[str]] = {
     "source": {"http", "zmq"},
     "result": {"written", "dropped", "error"},
     "harness": set(HARNESSES),
+    "link": set(SUBAGENT_LINKS),
     "le": set(),  # bucket bounds: checked to be numbers
 }
 

@@ -625,6 +625,9 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "sim_dp_ranks",
             "sim_catch_up_s",
             "sim_script",
+            # A sim replica spanning nodes is for benchmarks; a sim worker pod is one node (CEL).
+            "sim_nodes",
+            "sim_interconnect",
         }
     ),
 }

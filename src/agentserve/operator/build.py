@@ -1153,8 +1153,8 @@ def _worker_workload(
             "leaderWorkerTemplate": {
                 "size": nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": leader_pod(spec, target, template),
-                "workerTemplate": follower_pod(spec, target, template),
+                "leaderTemplate": leader_pod(target, template),
+                "workerTemplate": follower_pod(target, template),
             },
         },
     }

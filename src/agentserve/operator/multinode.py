@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentserve.operator.build import CONFIG_DIR, Target, object_meta
-from agentserve.operator.spec import AgentServingDeploymentSpec
 from agentserve.operator.sshkeys import authorized_key, private_key
 
 SSH_PORT = 2222
@@ -73,37 +72,36 @@ def ssh_secret_to_create(target: Target, new_seed: Callable[[], bytes], check: i
     }
 
 
-def _with_key(pod: dict[str, Any], target: Target) -> None:
+def _group_pod(
+    target: Target, template: Mapping[str, Any], command: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A copy of the worker pod template running `command`, with the deployment's SSH key mounted read-only;
+    the template and its container."""
+    group_pod = copy.deepcopy(dict(template))
+    pod = group_pod["spec"]
     pod["volumes"].append(
         {"name": "mpi-ssh", "secret": {"secretName": ssh_secret_name(target), "defaultMode": 0o400}}
     )
     for container in pod["containers"]:
         container["volumeMounts"].append({"name": "mpi-ssh", "mountPath": MPI_DIR, "readOnly": True})
-
-
-def leader_pod(
-    spec: AgentServingDeploymentSpec, target: Target, template: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The group leader: the worker pod, launched as rank 0 of the group's MPI job."""
-    leader = copy.deepcopy(dict(template))
-    pod = leader["spec"]
-    _with_key(pod, target)
     container = pod["containers"][0]
-    container["command"] = ["agentserve", "mpi-launch"]
-    container["args"] = ["--config", posixpath.join(CONFIG_DIR, "worker.yaml")]
+    container["command"], container["args"] = command[:2], command[2:]
+    return group_pod, container
+
+
+def leader_pod(target: Target, template: Mapping[str, Any]) -> dict[str, Any]:
+    """The group leader: the worker pod, launched as rank 0 of the group's MPI job."""
+    leader, _ = _group_pod(
+        target, template, ["agentserve", "mpi-launch", "--config", posixpath.join(CONFIG_DIR, "worker.yaml")]
+    )
     return leader
 
 
-def follower_pod(
-    spec: AgentServingDeploymentSpec, target: Target, template: Mapping[str, Any]
-) -> dict[str, Any]:
+def follower_pod(target: Target, template: Mapping[str, Any]) -> dict[str, Any]:
     """A follower: the other ranks of the group, started by the leader's mpirun over SSH."""
-    follower = copy.deepcopy(dict(template))
-    pod = follower["spec"]
-    _with_key(pod, target)
-    container = pod["containers"][0]
-    container["command"] = ["agentserve", "mpi-follower"]
-    container["args"] = ["--port", str(SSH_PORT)]
+    follower, container = _group_pod(
+        target, template, ["agentserve", "mpi-follower", "--port", str(SSH_PORT)]
+    )
     container["ports"] = [{"name": "mpi-ssh", "containerPort": SSH_PORT, "protocol": "TCP"}]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         container.pop(probe, None)

@@ -51,6 +51,9 @@ def test_the_published_contract_holds(server: Served, mode: GenerationMode) -> N
             assert mode == GenerationMode.NEGATIVE and "requestBody" not in operation.definition.raw
 
 
+# Alone: beside other tests (3 xdist workers on 2 cores) the same derandomized walk twice never reached
+# a link-followed GET or DELETE; alone it always does.
+@pytest.mark.serial
 def test_stateful_links_through_stored_responses() -> None:
     """The Responses links (`createResponse` → `getResponse` / `deleteResponse`, and the next turn
     with `previous_response_id`) followed by schemathesis' state machine, all checks as above. A

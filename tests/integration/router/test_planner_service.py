@@ -4,11 +4,14 @@ planner reading their /load and /metrics over HTTP (static discovery: it advises
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import openai
 from procs import Processes, free_port, wait_ready
+
+ROUND = 12  # concurrent requests a round: more than readings.MIN_OBSERVATIONS finish in one window
 
 
 def _decisions(url: str) -> dict[str, Any]:
@@ -40,20 +43,23 @@ def test_the_planner_reads_the_fleet_over_http_and_explains_its_decision() -> No
         planner = f"http://127.0.0.1:{planner_port}"
         wait_ready(planner, "/health")
         client = openai.OpenAI(base_url=frontend + "/v1", api_key="k", max_retries=0)
+
+        def ask(i: int) -> None:
+            client.chat.completions.create(
+                model="qwen3-sim", messages=[{"role": "user", "content": f"hello {i}"}], max_tokens=8
+            )
+
         try:
-            # Load until one window holds enough finished requests for an observed quantile: a loaded
-            # machine can spread a fixed burst over several 0.3 s windows, none with enough of them.
+            # Rounds of concurrent requests until one window holds enough finished ones for an observed
+            # quantile: on a loaded machine one request at a time finishes fewer than that per window.
             deadline = time.monotonic() + 60
             last: dict[str, Any] = {}
-            i = 0
-            while time.monotonic() < deadline:
-                client.chat.completions.create(
-                    model="qwen3-sim", messages=[{"role": "user", "content": f"hello {i}"}], max_tokens=8
-                )
-                i += 1
-                last = _decisions(planner).get("last") or {}
-                if last.get("observed_ttft_s") is not None:
-                    break
+            with ThreadPoolExecutor(ROUND) as pool:
+                while time.monotonic() < deadline:
+                    list(pool.map(ask, range(ROUND)))
+                    last = _decisions(planner).get("last") or {}
+                    if last.get("observed_ttft_s") is not None:
+                        break
         except BaseException:
             print(procs.logs()[-4000:])
             raise

@@ -45,6 +45,7 @@ def wait_ready(port: int) -> None:
     raise AssertionError("the worker never became ready")
 
 
+@pytest.mark.serial  # a sim at its real speed, timed by the wall clock: alone, not beside other tests
 def test_profiling_a_sim_worker_recovers_its_own_profile(tmp_path: Path) -> None:
     port = free_port()
     proc = worker(

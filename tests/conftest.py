@@ -28,6 +28,8 @@ _SERIAL_GROUPS = {"e2e_k8s": "k8s", "images": "images"}
 _PHASES = {"parallel": False, "serial": True}
 
 
+# First: xdist reads the groups in its own hook of the same name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests = Path(__file__).parent
     for item in items:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from enum import IntEnum
 
 from agentserve.conversation import OutputEvent
 from agentserve.families.base import Family
@@ -38,7 +39,7 @@ from agentserve.families.grammar import (
     repeat,
 )
 from agentserve.parsing.delimited import WHITESPACE, DelimitedArgs
-from agentserve.parsing.markerblock import MarkerBlock
+from agentserve.parsing.markerblock import SpecialTokenCalls
 from agentserve.parsing.scanner import MarkerSet
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -50,50 +51,61 @@ CALLS_END = "<｜tool▁calls▁end｜>"
 END_OF_SENTENCE = "<｜end▁of▁sentence｜>"
 
 _MARKERS = MarkerSet([CALLS_BEGIN, CALL_BEGIN, SEP, CALL_END, CALLS_END, END_OF_SENTENCE])
-_CLOSES_BLOCK = frozenset([CALLS_END, END_OF_SENTENCE])
 _V3_TYPE = "function"
 _NAME_END = re.compile(r"[\n`{]")
-# States: between calls, the head before the separator, V3-or-V3.1 after `function<sep>`, the V3
-# name line, the optional code fence before the JSON, the arguments.
-_BETWEEN, _HEAD, _KIND, _NAME, _FENCE, _ARGS = range(6)
-# Phases of the optional fence: before it, in its backticks, in its language tag, after it.
-_F_BEFORE, _F_TICKS, _F_LANG, _F_AFTER = range(4)
 
 
-class DeepSeekToolCalls(MarkerBlock):
+class _Head(IntEnum):
+    """Steps of the head: up to the separator, then V3 or V3.1 after `function<sep>`, the V3 name line."""
+
+    TYPE_OR_NAME = 0
+    KIND = 1
+    NAME_LINE = 2
+
+
+class _Fence(IntEnum):
+    """The optional code fence before V3's JSON: before it, its backticks, its language tag, after it,
+    and past it (the arguments proper)."""
+
+    BEFORE = 0
+    TICKS = 1
+    LANG = 2
+    AFTER = 3
+    PAST = 4
+
+
+class DeepSeekToolCalls(SpecialTokenCalls):
     """One `<｜tool▁calls▁begin｜>` … `<｜tool▁calls▁end｜>` block of calls (V3 and V3.1 forms)."""
 
-    __slots__ = ("_args", "_calls", "_fence", "_head", "_raw", "_state", "done", "fallback")
+    __slots__ = ("_fence", "_step")
     markers = _MARKERS
+    call_begin = CALL_BEGIN
+    call_end = CALL_END
+    openers = frozenset([CALLS_BEGIN])
+    closers = frozenset([CALLS_END, END_OF_SENTENCE])
 
     def __init__(self, ctx: BlockContext) -> None:
-        self._calls = ctx.calls
         # The closing fence (and its newline) is held like trailing whitespace and dropped at the end.
-        self._args = DelimitedArgs(ctx.calls, WHITESPACE + "`")
-        self._state = _BETWEEN
-        self._head: list[str] = []
-        self._fence = _F_BEFORE
-        # Text given back as output if what follows turns out not to be a call (reset per started call).
-        self._raw: list[str] = [ctx.opener]
-        self.done = False
-        self.fallback = ""
+        super().__init__(ctx, DelimitedArgs(ctx.calls, WHITESPACE + "`"))
+        self._step = _Head.TYPE_OR_NAME
+        self._fence = _Fence.PAST
 
-    # -- text between markers ----------------------------------------------------------------------
+    # -- text ----------------------------------------------------------------------------------------
 
-    def _text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
-        """Consume text of the current state from `buf[i:end]`; return where it stopped."""
-        state = self._state
-        if state == _ARGS:
-            self._args.write(buf[i:end], out)
-            return end
-        if state == _FENCE:
+    def _args_text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
+        if self._fence is not _Fence.PAST:
             return self._skip_fence(buf, i, end)
-        if state == _HEAD:
+        self._args.write(buf[i:end], out)
+        return end
+
+    def _head_text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
+        step = self._step
+        if step is _Head.TYPE_OR_NAME:
             piece = buf[i:end]
             self._head.append(piece)
             self._raw.append(piece)
             return end
-        if state == _NAME:
+        if step is _Head.NAME_LINE:
             m = _NAME_END.search(buf, i, end)
             stop = end if m is None else m.start()
             piece = buf[i:stop]
@@ -105,118 +117,71 @@ class DeepSeekToolCalls(MarkerBlock):
                     return self._give_up(stop)
                 self._start(name, out)
             return stop
-        j = i
+        j = i  # KIND: after `function<sep>`, a name line (V3) or the arguments of `function` (V3.1)
         while j < end and buf[j] in WHITESPACE:
             j += 1
         if j > i:
             self._raw.append(buf[i:j])
         if j == end:
             return end
-        if state == _KIND:
-            if buf[j] in "{`":  # V3.1 form: a tool named `function`
-                self._start(_V3_TYPE, out)
-            else:
-                self._head = []
-                self._state = _NAME
-            return j
-        # Text between calls: after the calls it is ordinary output; before any, so is the opener.
-        return self._give_up(j)
+        if buf[j] in "{`":  # V3.1 form: a tool named `function`
+            self._start(_V3_TYPE, out)
+        else:
+            self._head = []
+            self._step = _Head.NAME_LINE
+        return j
 
     def _skip_fence(self, buf: str, i: int, end: int) -> int:
         phase = self._fence
         while i < end:
             c = buf[i]
             if c in WHITESPACE:
-                if phase != _F_BEFORE:
-                    phase = _F_AFTER
-            elif c == "`" and phase <= _F_TICKS:
-                phase = _F_TICKS
-            elif phase in (_F_TICKS, _F_LANG) and c.isalnum():
-                phase = _F_LANG
+                if phase is not _Fence.BEFORE:
+                    phase = _Fence.AFTER
+            elif c == "`" and phase <= _Fence.TICKS:
+                phase = _Fence.TICKS
+            elif phase in (_Fence.TICKS, _Fence.LANG) and c.isalnum():
+                phase = _Fence.LANG
             else:
-                self._state = _ARGS
+                phase = _Fence.PAST
                 break
             i += 1
         self._fence = phase
         return i
 
-    # -- markers -----------------------------------------------------------------------------------
+    # -- markers -------------------------------------------------------------------------------------
 
-    def _marker(self, marker: str, start: int, end: int, out: list[OutputEvent]) -> int:
-        state = self._state
-        if state in (_ARGS, _FENCE):
-            if marker == CALL_END:
-                self._end_call(out)
-                self._state = _BETWEEN
-            elif marker == CALL_BEGIN:  # the model skipped the end token: the next call closes this one
-                self._end_call(out)
-                self._begin_call(marker)
-            elif marker in _CLOSES_BLOCK:
-                self._end_call(out)
-                self.done = True
-            else:  # a separator or block opener inside the arguments is literal (and breaks the JSON)
-                self._state = _ARGS
-                self._args.write(marker, out)
-            return end
-        if state == _BETWEEN:
-            if marker == CALL_BEGIN:
-                self._begin_call(marker)
-            elif marker in _CLOSES_BLOCK:
-                self.done = True  # an empty block carries nothing
-            elif marker == CALLS_BEGIN:
-                self._raw.append(marker)  # repeated opener
-            else:
-                return self._give_up(start)
-            return end
+    def _head_marker(self, marker: str, start: int, end: int, out: list[OutputEvent]) -> int:
         head = "".join(self._head).strip()
-        if state == _HEAD and marker == SEP:
+        step = self._step
+        if step is _Head.TYPE_OR_NAME and marker == SEP:
             self._raw.append(marker)
             if head == _V3_TYPE:
-                self._state = _KIND
+                self._step = _Head.KIND
             elif head:
                 self._start(head, out)
             else:
                 return self._give_up(start)
             return end
-        if marker == CALL_END and state != _KIND:  # no arguments at all: a zero-argument call
-            name = head
-            if not name:
+        if marker == CALL_END and step is not _Head.KIND:  # no arguments at all: a zero-argument call
+            if not head:
                 return self._give_up(start)
-            self._start(name, out)
+            self._start(head, out)
             self._end_call(out)
-            self._state = _BETWEEN
             return end
         return self._give_up(start)
 
+    def _literal(self, marker: str, out: list[OutputEvent]) -> None:
+        self._fence = _Fence.PAST  # a marker ends the fence: what follows is argument text
+        self._args.write(marker, out)
+
     def _begin_call(self, marker: str) -> None:
-        self._raw.append(marker)
-        self._head = []
-        self._state = _HEAD
+        super()._begin_call(marker)
+        self._step = _Head.TYPE_OR_NAME
 
-    def _start(self, name: str, out: list[OutputEvent]) -> None:
-        self._calls.start(name, out)
-        self._raw = []
-        self._args.reset()
-        self._fence = _F_BEFORE
-        self._state = _FENCE
-
-    def _end_call(self, out: list[OutputEvent]) -> None:
-        self._calls.end(out)
-        self._raw = []
-
-    def _give_up(self, i: int) -> int:
-        self.done = True
-        self.fallback = "".join(self._raw)
-        return i
-
-    def close(self, out: list[OutputEvent]) -> None:
-        if self.done:
-            return
-        self.done = True
-        if self._state in (_ARGS, _FENCE):
-            self._calls.finish(out)  # complete arguments without <｜tool▁call▁end｜> are a call
-        else:
-            self.fallback = "".join(self._raw)
+    def _start(self, name: str, out: list[OutputEvent], call_id: str | None = None) -> None:
+        super()._start(name, out, call_id)
+        self._fence = _Fence.BEFORE
 
 
 def tool_calls_block(ctx: BlockContext) -> ToolBlock:

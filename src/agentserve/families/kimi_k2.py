@@ -29,7 +29,7 @@ from agentserve.families.grammar import (
     repeat,
 )
 from agentserve.parsing.delimited import DelimitedArgs
-from agentserve.parsing.markerblock import MarkerBlock
+from agentserve.parsing.markerblock import SpecialTokenCalls
 from agentserve.parsing.scanner import MarkerSet
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -41,8 +41,6 @@ CALL_END = "<|tool_call_end|>"
 END_OF_TURN = "<|im_end|>"
 
 _MARKERS = MarkerSet([*SECTION_BEGIN, *SECTION_END, CALL_BEGIN, ARGS_BEGIN, CALL_END, END_OF_TURN])
-_CLOSES_SECTION = frozenset([*SECTION_END, END_OF_TURN])
-_BETWEEN, _ID, _ARGS = range(3)
 
 
 def call_name(call_id: str) -> str:
@@ -50,100 +48,37 @@ def call_name(call_id: str) -> str:
     return call_id.split(":", 1)[0].strip().removeprefix("functions.")
 
 
-class KimiToolSection(MarkerBlock):
-    """One `<|tool_calls_section_begin|>` … `<|tool_calls_section_end|>` block of calls."""
+class KimiToolSection(SpecialTokenCalls):
+    """One `<|tool_calls_section_begin|>` … `<|tool_calls_section_end|>` block of calls; the head is
+    the call id, up to `<|tool_call_argument_begin|>`."""
 
-    __slots__ = ("_args", "_calls", "_id", "_raw", "_state", "done", "fallback")
+    __slots__ = ()
     markers = _MARKERS
+    call_begin = CALL_BEGIN
+    call_end = CALL_END
+    openers = frozenset(SECTION_BEGIN)
+    closers = frozenset([*SECTION_END, END_OF_TURN])
 
     def __init__(self, ctx: BlockContext) -> None:
-        self._calls = ctx.calls
-        self._args = DelimitedArgs(ctx.calls)
-        self._state = _BETWEEN
-        self._id: list[str] = []
-        # Text given back as output if what follows turns out not to be a call (reset per started call).
-        self._raw: list[str] = [ctx.opener]
-        self.done = False
-        self.fallback = ""
+        super().__init__(ctx, DelimitedArgs(ctx.calls))
 
-    def _text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
-        state = self._state
-        if state == _ARGS:
-            self._args.write(buf[i:end], out)
-        elif state == _ID:
-            piece = buf[i:end]
-            self._id.append(piece)
-            self._raw.append(piece)
-        else:
-            piece = buf[i:end]
-            if not piece.isspace():
-                # Not a call: after the calls the rest is ordinary output; before any, so is the opener.
-                return self._give_up(i)
-            self._raw.append(piece)
+    def _head_text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
+        piece = buf[i:end]
+        self._head.append(piece)
+        self._raw.append(piece)
         return end
 
-    def _marker(self, marker: str, start: int, end: int, out: list[OutputEvent]) -> int:
-        state = self._state
-        if state == _ARGS:
-            if marker == CALL_END:
-                self._end_call(out)
-                self._state = _BETWEEN
-            elif marker == CALL_BEGIN:  # the model skipped the end token: the next call closes this one
-                self._end_call(out)
-                self._begin_call(marker)
-            elif marker in _CLOSES_SECTION:
-                self._end_call(out)
-                self.done = True
-            else:  # a section or argument opener inside the arguments is literal (and breaks the JSON)
-                self._args.write(marker, out)
-            return end
-        if state == _ID:
-            if marker in (ARGS_BEGIN, CALL_END):
-                call_id = "".join(self._id).strip()
-                name = call_name(call_id)
-                if not name:
-                    return self._give_up(start)
-                self._calls.start(name, out, call_id=call_id)
-                self._raw = []
-                self._args.reset()
-                self._state = _ARGS
-                if marker == CALL_END:  # no argument marker at all: a zero-argument call
-                    self._end_call(out)
-                    self._state = _BETWEEN
-                return end
+    def _head_marker(self, marker: str, start: int, end: int, out: list[OutputEvent]) -> int:
+        if marker not in (ARGS_BEGIN, CALL_END):
             return self._give_up(start)
-        if marker == CALL_BEGIN:
-            self._begin_call(marker)
-        elif marker in _CLOSES_SECTION:
-            self.done = True  # an empty section carries nothing
-        elif marker in SECTION_BEGIN:
-            self._raw.append(marker)  # repeated opener
-        else:
+        call_id = "".join(self._head).strip()
+        name = call_name(call_id)
+        if not name:
             return self._give_up(start)
+        self._start(name, out, call_id=call_id)
+        if marker == CALL_END:  # no argument marker at all: a zero-argument call
+            self._end_call(out)
         return end
-
-    def _begin_call(self, marker: str) -> None:
-        self._raw.append(marker)
-        self._id = []
-        self._state = _ID
-
-    def _end_call(self, out: list[OutputEvent]) -> None:
-        self._calls.end(out)
-        self._raw = []
-
-    def _give_up(self, i: int) -> int:
-        self.done = True
-        self.fallback = "".join(self._raw)
-        return i
-
-    def close(self, out: list[OutputEvent]) -> None:
-        if self.done:
-            return
-        self.done = True
-        if self._state == _ARGS:
-            self._calls.finish(out)  # complete arguments without <|tool_call_end|> are a call
-        else:
-            self.fallback = "".join(self._raw)
 
 
 def _section(ctx: BlockContext) -> ToolBlock:

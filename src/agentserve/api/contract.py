@@ -410,16 +410,17 @@ CHAT: tuple[FieldRule, ...] = (
     _e("response_format.json_schema.strict", "enforced"),
     _e("reasoning_effort", "reasoning switch and level"),
     _e("chat_template_kwargs", "passed to the template (`enable_thinking`)"),
-    _r(
+    _e(
         "logprobs",
-        "`true`: no engine path returns token log-probabilities to the frontend yet; `false` is accepted",
-        {"logprobs": True},
+        "the answer tokens' log-probabilities (`choices[].logprobs.content`, stream chunks too): the "
+        "engine's (the sim: its sampling distribution after grammar mask and bias; TensorRT-LLM: "
+        "`SamplingParams.logprobs`)",
     ),
-    _r("top_logprobs", "as `logprobs`", {"top_logprobs": 2}),
-    _r(
+    _e("top_logprobs", "alternatives per token (0..20; needs `logprobs: true`)"),
+    _e(
         "logit_bias",
-        "a non-empty bias: no engine path applies one yet; `{}` is accepted",
-        {"logit_bias": {"1": 5}},
+        "added to the logits (the sim's sampler; TensorRT-LLM `embedding_bias`); a token id outside "
+        "the model's vocabulary is a 400",
     ),
     _i("user", "an end-user id for OpenAI's abuse monitoring"),
     _i("safety_identifier", "an end-user id for OpenAI's abuse monitoring"),
@@ -551,7 +552,8 @@ RESPONSES: tuple[FieldRule, ...] = (
     _i(
         "tools[*]",
         "a hosted tool (web search, file search, code interpreter, MCP, …): it runs on OpenAI's side "
-        "and cannot run here, so it is not offered; `tool_choice` naming one is a 400",
+        "and cannot run here, so it is not offered and the Response does not echo it in `tools`; "
+        "`tool_choice` naming one is a 400",
     ),
     _e("tool_choice", "constrained decoding"),
     _e("tool_choice.type", "function / custom / allowed_tools (a hosted tool: 400)"),
@@ -572,13 +574,13 @@ RESPONSES: tuple[FieldRule, ...] = (
     _e("text.format.strict", "enforced"),
     _e(
         "include",
-        "`reasoning.encrypted_content`: sealed reasoning; `message.output_text.logprobs`: 400 (no "
-        "log-probabilities); the other values ask for hosted tools' outputs, which never occur here",
+        "`reasoning.encrypted_content`: sealed reasoning; `message.output_text.logprobs`: the output "
+        "text's log-probabilities (`output_text.logprobs`, `response.output_text.delta`); the other "
+        "values ask for hosted tools' outputs, which never occur here",
     ),
-    _r(
+    _e(
         "top_logprobs",
-        "no engine path returns token log-probabilities to the frontend yet",
-        {"top_logprobs": 2},
+        "alternatives per token in `output_text.logprobs` (0..20; asks for log-probabilities too)",
     ),
     _e("store", "the response store (`previous_response_id`)"),
     _e("prompt_cache_key", "session id"),

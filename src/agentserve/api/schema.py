@@ -661,11 +661,13 @@ class ChatCompletionRequest(_Open):
     user: str | None = None
     metadata: OpenAIMetadata | None = None
     nvext: NvExt | None = None
-    logprobs: Literal[False] | None = Field(None, description="`true` is refused (no log-probabilities)")
-    top_logprobs: None = Field(None, description="refused (no log-probabilities)")
-    logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = Field(
-        None, description="a non-empty bias is refused"
+    logprobs: bool | None = Field(None, description="the answer tokens' log-probabilities")
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = Field(
+        None, description="alternatives per token (needs `logprobs: true`)"
     )
+    logit_bias: (
+        Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=300)] | None
+    ) = Field(None, description="token id → bias added to its logit")
     safety_identifier: Any = None
     store: Any = None
     service_tier: Any = None
@@ -1005,7 +1007,11 @@ class ResponsesRequest(_Open):
     parallel_tool_calls: bool | None = None
     reasoning: ResponsesReasoning | None = None
     text: ResponsesText | None = None
-    include: list[str] | None = Field(None, description="'reasoning.encrypted_content': sealed reasoning")
+    include: list[str] | None = Field(
+        None,
+        description="'reasoning.encrypted_content': sealed reasoning; "
+        "'message.output_text.logprobs': the output text's log-probabilities",
+    )
     store: bool | None = None
     prompt_cache_key: Annotated[str, Field(max_length=1024)] | None = None
     stream: bool | None = None
@@ -1019,7 +1025,9 @@ class ResponsesRequest(_Open):
     conversation: None = Field(None, description="not supported")
     prompt: None = Field(None, description="not supported")
     nvext: NvExt | None = None
-    top_logprobs: None = Field(None, description="refused (no log-probabilities)")
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = Field(
+        None, description="alternatives per token in `output_text.logprobs`"
+    )
     safety_identifier: Any = None
     stream_options: Any = None
     service_tier: Any = None

@@ -271,16 +271,26 @@ class _Decoder:
         self.custom_tools.add(name)
 
 
-def _refuse_logprobs(b: dict[str, Any]) -> None:
-    """Log-probabilities and logit bias: no engine path carries them, so asking is a 400."""
-    if opt_bool(b, "logprobs", ""):
-        raise InvalidRequestError("logprobs are not supported by this server", param="logprobs")
-    if b.get("top_logprobs") is not None:
-        opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
-        raise InvalidRequestError("top_logprobs are not supported by this server", param="top_logprobs")
-    bias = opt_dict(b, "logit_bias", "")
-    if bias:
-        raise InvalidRequestError("logit_bias is not supported by this server", param="logit_bias")
+def _logprobs(b: dict[str, Any]) -> tuple[int | None, tuple[tuple[int, float], ...]]:
+    """`logprobs` / `top_logprobs` → alternatives per token (None: no log-probabilities), and
+    `logit_bias` as (token id, bias) pairs, checked as OpenAI checks them."""
+    wanted = bool(opt_bool(b, "logprobs", ""))
+    top = opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
+    if top is not None and not wanted:
+        raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
+    bias = opt_dict(b, "logit_bias", "") or {}
+    if len(bias) > 300:
+        raise InvalidRequestError("logit_bias may hold at most 300 tokens", param="logit_bias")
+    pairs: list[tuple[int, float]] = []
+    for key, value in bias.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
+            raise InvalidRequestError(f"Invalid key in 'logit_bias': {key}.", param="logit_bias")
+        if type(value) not in (int, float) or not -100 <= value <= 100:
+            raise InvalidRequestError(
+                f"Invalid value for 'logit_bias' token {key}: a number in -100..100.", param="logit_bias"
+            )
+        pairs.append((int(key), float(value)))
+    return (top or 0) if wanted else None, tuple(pairs)
 
 
 def _tool_choice(b: dict[str, Any]) -> ToolChoice:
@@ -405,7 +415,7 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
     top_k = opt_int(b, "top_k", "", minimum=-1)
     seed = opt_int(b, "seed", "")
     nvext = parse_nvext(b.get("nvext"))
-    _refuse_logprobs(b)
+    logprobs, logit_bias = _logprobs(b)
     for key in b:
         if (key not in _KNOWN_FIELDS or key in _IGNORED_FIELDS) and b[key] is not None:
             d.ignored.append(key)
@@ -426,6 +436,8 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
         response_format=_response_format(b),
         include_usage=include_usage,
         template_kwargs=kwargs,
+        logprobs=logprobs,
+        logit_bias=logit_bias,
     )
     opt_str(b, "user", "")
     openai_metadata(opt_dict(b, "metadata", ""), "metadata")  # OpenAI's limits; not used otherwise

@@ -296,6 +296,25 @@ class _Decoder:
             self.tool_kinds[name] = ResponsesTool(kind, namespace)  # type: ignore[arg-type]
 
 
+_APPLIED_TOOL_TYPES = frozenset({"function", "custom", *RESPONSES_CLIENT_TOOLS})
+
+
+def applied_tools(tools: Any) -> list[Any]:
+    """The `tools` the Response echoes: those offered to the model (functions, custom and client
+    tools, namespaces of them). Hosted tools (web_search, file_search, …) are not offered, so they
+    are not echoed as if they were; a namespace left with no tool is dropped."""
+    out: list[Any] = []
+    for tool in tools if isinstance(tools, list) else ():
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "namespace":
+            inner = applied_tools(tool.get("tools") or [])
+            if inner:
+                out.append({**tool, "tools": inner})
+        elif kind in _APPLIED_TOOL_TYPES:
+            out.append(tool)
+    return out
+
+
 def _shell_output(items: list[Any], path: str) -> str:
     """A shell call's per-command results as one text: stdout, stderr and how it ended."""
     parts: list[str] = []
@@ -441,14 +460,10 @@ def decode_responses(
         one_of(summary, _SUMMARIES, "reasoning.summary")
     verbosity, fmt = _text(b.get("text"))
     include = str_list(b["include"], "include") if b.get("include") is not None else ()
-    if _INCLUDE_LOGPROBS in include:
-        raise InvalidRequestError(
-            f"include {_INCLUDE_LOGPROBS!r} is not supported: no log-probabilities are produced",
-            param="include",
-        )
-    if b.get("top_logprobs") is not None:
-        opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
-        raise InvalidRequestError("top_logprobs are not supported by this server", param="top_logprobs")
+    # Log-probabilities of the output text: asked for by the include value, or by `top_logprobs`
+    # (alternatives per token; what OpenAI returns in `output_text.logprobs` with either).
+    top_logprobs = opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
+    logprobs = top_logprobs if top_logprobs is not None else (0 if _INCLUDE_LOGPROBS in include else None)
     cache_key = opt_str(b, "prompt_cache_key", "")
     if cache_key is not None and len(cache_key) > 1024:
         raise InvalidRequestError("must be at most 1024 characters", param="prompt_cache_key")
@@ -493,6 +508,7 @@ def decode_responses(
         reasoning=ReasoningOptions(effort=effort, summary=summary),
         response_format=fmt,
         verbosity=verbosity,
+        logprobs=logprobs,
     )
     text_echo: dict[str, Any] = {"format": {"type": "text"}, "verbosity": verbosity or "medium"}
     if fmt is not None:
@@ -507,7 +523,8 @@ def decode_responses(
         "temperature": options.temperature,
         "text": text_echo,
         "tool_choice": b.get("tool_choice") if b.get("tool_choice") is not None else "auto",
-        "tools": b.get("tools") or [],
+        "tools": applied_tools(b.get("tools") or []),
+        "top_logprobs": top_logprobs,
         "top_p": options.top_p,
         "truncation": truncation or "disabled",
         "metadata": metadata or {},

@@ -345,7 +345,10 @@ CHAT: tuple[FieldRule, ...] = (
     _e(f"{_C_TOOL}.description", "tool description"),
     _e(f"{_C_TOOL}.parameters", "arguments schema"),
     _e(f"{_C_TOOL}.parameters.type", "must be `object`"),
-    _e(f"{_C_TOOL}.strict", "arguments enforced by the grammar"),
+    _e(
+        f"{_C_TOOL}.strict",
+        "arguments enforced by the grammar; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+    ),
     _e("tools[custom]", "a custom tool: rendered with one `input` string; calls return as `type: custom`"),
     _e("tools[custom].custom", "the tool"),
     _e("tools[custom].custom.name", "tool name"),
@@ -375,7 +378,10 @@ CHAT: tuple[FieldRule, ...] = (
     _e("functions[].description", "tool description"),
     _e("functions[].parameters", "arguments schema"),
     _e("functions[].parameters.type", "must be `object`"),
-    _e("functions[].strict", "arguments enforced by the grammar"),
+    _e(
+        "functions[].strict",
+        "arguments enforced by the grammar; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+    ),
     _e("tool_choice", "constrained decoding"),
     _e("tool_choice.type", "function / allowed_tools"),
     _e("tool_choice.function", "the forced function"),
@@ -407,7 +413,10 @@ CHAT: tuple[FieldRule, ...] = (
     _e("response_format.json_schema", "the schema"),
     _e("response_format.json_schema.name", "schema name"),
     _e("response_format.json_schema.schema", "the enforced schema"),
-    _e("response_format.json_schema.strict", "enforced"),
+    _e(
+        "response_format.json_schema.strict",
+        "enforced; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+    ),
     _e("reasoning_effort", "reasoning switch and level"),
     _e("chat_template_kwargs", "passed to the template (`enable_thinking`)"),
     _e(
@@ -533,7 +542,10 @@ RESPONSES: tuple[FieldRule, ...] = (
     _e("tools[function].description", "tool description"),
     _e("tools[function].parameters", "arguments schema"),
     _e("tools[function].parameters.type", "must be `object`"),
-    _e("tools[function].strict", "arguments enforced by the grammar"),
+    _e(
+        "tools[function].strict",
+        "arguments enforced by the grammar; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+    ),
     _e("tools[custom]", "a freeform tool: one `input` string; calls return as `custom_tool_call`"),
     _e("tools[custom].name", "tool name"),
     _e("tools[custom].description", "tool description"),
@@ -571,7 +583,10 @@ RESPONSES: tuple[FieldRule, ...] = (
     _e("text.format.type", "text / json_object / json_schema"),
     _e("text.format.name", "schema name (echoed)"),
     _e("text.format.schema", "the enforced schema"),
-    _e("text.format.strict", "enforced"),
+    _e(
+        "text.format.strict",
+        "enforced; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+    ),
     _e(
         "include",
         "`reasoning.encrypted_content`: sealed reasoning; `message.output_text.logprobs`: the output "

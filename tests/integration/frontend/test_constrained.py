@@ -349,3 +349,83 @@ def test_count_tokens_counts_the_prompt_tool_choice_none_sends(stack: Served) ->
         usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
     )
     assert none.input_tokens == bare.input_tokens == sent_tokens
+
+
+LOOSE = {"type": "object", "properties": {"command": {"type": "string"}, "cwd": {"type": "string"}}}
+
+
+def test_strict_schemas_that_break_openais_rules_are_400s_naming_the_place(stack: Served) -> None:
+    """OpenAI's strict-mode rules (`api/strict.py`), through the SDK, on every strict surface; the
+    same schemas without `strict` are served as written."""
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    bad_nested = {
+        "type": "object",
+        "properties": {
+            "opts": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+        },
+        "required": ["opts"],
+        "additionalProperties": False,
+    }
+    cases: list[tuple[Any, str, str]] = [
+        (
+            lambda: c.chat.completions.create(
+                model="m",
+                messages=messages,
+                tools=[
+                    {"type": "function", "function": {"name": "Bash", "parameters": LOOSE, "strict": True}}
+                ],
+            ),
+            "tools[0].function.parameters",
+            "Invalid schema for function 'Bash': In context=(), 'additionalProperties' is required",
+        ),
+        (
+            lambda: c.responses.create(
+                model="m",
+                input="hi",
+                tools=[{"type": "function", "name": "Bash", "parameters": bad_nested, "strict": True}],
+            ),
+            "tools[0].parameters",
+            "Invalid schema for function 'Bash': In context=('properties', 'opts'), 'additionalProperties'",
+        ),
+        (
+            lambda: c.chat.completions.create(
+                model="m",
+                messages=messages,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "out", "strict": True, "schema": {**bad_nested, "required": []}},
+                },
+            ),
+            "response_format",
+            "Invalid schema for response_format 'out': In context=(), 'required' is required to be supplied",
+        ),
+        (
+            lambda: c.responses.create(
+                model="m",
+                input="hi",
+                text={
+                    "format": {
+                        "type": "json_schema",
+                        "name": "out",
+                        "strict": True,
+                        "schema": {"type": "array"},
+                    }
+                },
+            ),
+            "text.format.schema",
+            "Invalid schema for response_format 'out': schema must be a JSON Schema of 'type: \"object\"'",
+        ),
+    ]
+    for call, param, message in cases:
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        body = caught.value.body
+        assert isinstance(body, dict) and body["type"] == "invalid_request_error", body
+        assert body["param"] == param and body["message"].startswith(message), body
+    loose = c.chat.completions.create(
+        model="m",
+        messages=messages,
+        tools=[{"type": "function", "function": {"name": "Bash", "parameters": LOOSE}}],
+    )
+    assert loose.choices[0].finish_reason in ("stop", "tool_calls")

@@ -37,6 +37,7 @@ from agentserve.api.options import (
 )
 from agentserve.api.request import DecodedRequest
 from agentserve.api.responses.common import CUSTOM_INPUT, custom_tool_parameters
+from agentserve.api.strict import check_strict_format, check_strict_function
 from agentserve.conversation import (
     Conversation,
     Image,
@@ -222,6 +223,8 @@ class _Decoder:
             parameters = check_depth(opt_dict(function, "parameters", path), at(path, "parameters"))
             object_schema(parameters, at(path, "parameters"))
             strict = bool(opt_bool(function, "strict", path))
+            if strict:  # OpenAI's strict-mode rules, before anything is built from the schema
+                check_strict_function(parameters, name, at(path, "parameters"))
             specs.append(
                 ToolSpec(name, opt_str(function, "description", path) or "", parameters or {}, strict)
             )
@@ -336,7 +339,7 @@ def _response_format(b: dict[str, Any]) -> ResponseFormat | None:
     )
     if kind == "json_schema":
         spec = expect_dict(value.get("json_schema"), "response_format.json_schema")
-        return ResponseFormat(
+        fmt = ResponseFormat(
             "json_schema",
             check_depth(
                 opt_dict(spec, "schema", "response_format.json_schema"), "response_format.json_schema.schema"
@@ -344,6 +347,9 @@ def _response_format(b: dict[str, Any]) -> ResponseFormat | None:
             opt_str(spec, "name", "response_format.json_schema"),
             opt_bool(spec, "strict", "response_format.json_schema"),
         )
+        if fmt.strict:
+            check_strict_format(fmt.schema, fmt.name, "response_format")
+        return fmt
     return ResponseFormat(kind)  # type: ignore[arg-type]
 
 

@@ -35,6 +35,7 @@ from agentserve.api.options import GenerationOptions, ReasoningOptions, Response
 from agentserve.api.request import ResponsesRequest, ResponsesTool
 from agentserve.api.responses.common import CUSTOM_INPUT, ResponseStore, custom_tool_parameters
 from agentserve.api.signing import Signer
+from agentserve.api.strict import check_strict_format, check_strict_function
 from agentserve.conversation import (
     Conversation,
     Image,
@@ -289,6 +290,8 @@ class _Decoder:
                 parameters = parameters or {"type": "object", "properties": {}}
                 # Enforced when the request says `strict: true` (an absent flag is not enforced).
                 strict = opt_bool(tool, "strict", tpath) is True
+                if strict:  # OpenAI's strict-mode rules
+                    check_strict_function(opt_dict(tool, "parameters", tpath), name, at(tpath, "parameters"))
             else:
                 parameters = custom_tool_parameters()
                 enforce = _custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"), self.ignored)
@@ -410,6 +413,8 @@ def _text(value: Any) -> tuple[str | None, ResponseFormat | None]:
                 opt_str(raw, "name", "text.format"),
                 opt_bool(raw, "strict", "text.format"),
             )
+            if fmt.strict:
+                check_strict_format(fmt.schema, fmt.name, "text.format.schema")
         elif kind == "json_object":
             fmt = ResponseFormat("json_object")
     return verbosity, fmt

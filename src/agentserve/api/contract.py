@@ -302,6 +302,10 @@ ANTHROPIC: tuple[FieldRule, ...] = (
 
 # -- Chat Completions -----------------------------------------------------------------------------
 
+_STRICT_TOOL = (
+    "arguments enforced by the grammar; the schema must keep OpenAI's strict-mode rules "
+    "(`api/strict.py`, else 400)"
+)
 _C_MSG = "messages[]"
 _C_TOOL = "tools[function].function"
 CHAT: tuple[FieldRule, ...] = (
@@ -347,7 +351,7 @@ CHAT: tuple[FieldRule, ...] = (
     _e(f"{_C_TOOL}.parameters.type", "must be `object`"),
     _e(
         f"{_C_TOOL}.strict",
-        "arguments enforced by the grammar; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+        _STRICT_TOOL,
     ),
     _e("tools[custom]", "a custom tool: rendered with one `input` string; calls return as `type: custom`"),
     _e("tools[custom].custom", "the tool"),
@@ -380,7 +384,7 @@ CHAT: tuple[FieldRule, ...] = (
     _e("functions[].parameters.type", "must be `object`"),
     _e(
         "functions[].strict",
-        "arguments enforced by the grammar; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+        _STRICT_TOOL,
     ),
     _e("tool_choice", "constrained decoding"),
     _e("tool_choice.type", "function / allowed_tools"),
@@ -544,7 +548,7 @@ RESPONSES: tuple[FieldRule, ...] = (
     _e("tools[function].parameters.type", "must be `object`"),
     _e(
         "tools[function].strict",
-        "arguments enforced by the grammar; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+        _STRICT_TOOL,
     ),
     _e("tools[custom]", "a freeform tool: one `input` string; calls return as `custom_tool_call`"),
     _e("tools[custom].name", "tool name"),

@@ -555,8 +555,12 @@ RESPONSES: tuple[FieldRule, ...] = (
     _e("tools[custom].description", "tool description"),
     _e("tools[custom].format", "text / grammar"),
     _e("tools[custom].format.type", "text / grammar"),
-    _e("tools[custom].format.syntax", "`regex` enforced; `lark` accepted, not enforced (docs)"),
-    _e("tools[custom].format.definition", "the regex the input must match"),
+    _e(
+        "tools[custom].format.syntax",
+        "`regex` and `lark` enforced on the input (a Lark grammar flattened into its regex; one llguidance "
+        "cannot compile, or that is recursive, is a 400)",
+    ),
+    _e("tools[custom].format.definition", "the regex or Lark grammar the input must match"),
     _e("tools[namespace]", "a namespace of tools (Codex)"),
     _e("tools[namespace].name", "echoed on calls"),
     _e(

@@ -873,7 +873,7 @@ class ResponsesCustomTextFormat(_Open):
 
 
 class ResponsesCustomGrammarFormat(_Open):
-    """`regex`: the whole input must match (enforced); `lark`: accepted, not enforced."""
+    """`regex`: the whole input must match; `lark`: the input is in the grammar's language (both enforced)."""
 
     type: Literal["grammar"]
     syntax: Literal["lark", "regex"]

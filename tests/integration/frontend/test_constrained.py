@@ -313,6 +313,52 @@ def test_a_custom_tools_regex_format_is_enforced(stack: Served, stream: bool) ->
     assert [o.input for o in plain.output if o.type == "custom_tool_call"] == ["twelve"]
 
 
+DIGITS_LARK = """
+// two to six digits, optionally grouped: "12", "12-34"
+start: group ("-" group)?
+group: DIGIT{2,3}
+%import common.DIGIT
+"""
+
+
+@STREAM
+def test_a_custom_tools_lark_format_is_enforced(stack: Served, stream: bool) -> None:
+    """The script writes `twelve`; the Lark grammar (flattened into the input's regex) steers it."""
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    fmt = {"type": "grammar", "syntax": "lark", "definition": DIGITS_LARK}
+    tools: Any = [{"type": "custom", "name": "digits", "format": fmt}]
+    if stream:
+        with c.responses.stream(model="m", input="CUSTOM", tools=tools) as events:
+            response = events.get_final_response()
+    else:
+        response = c.responses.create(model="m", input="CUSTOM", tools=tools)
+    (call,) = [o for o in response.output if o.type == "custom_tool_call"]
+    assert call.name == "digits" and re.fullmatch("[0-9]{2,3}(-[0-9]{2,3})?", call.input), call.input
+
+
+@pytest.mark.parametrize(
+    ("definition", "message"),
+    [
+        ("start: (", "Invalid Lark grammar for the custom tool"),  # llguidance cannot compile it
+        (
+            'start: item\nitem: "(" item ")" | "x"\n',
+            "This Lark grammar cannot be enforced: rule 'item' is recursive",
+        ),
+        ('start: /[a-z]+/\n%ignore " "\n', "This Lark grammar cannot be enforced: %ignore"),
+    ],
+)
+def test_a_lark_format_that_cannot_be_enforced_is_a_400(stack: Served, definition: str, message: str) -> None:
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    fmt = {"type": "grammar", "syntax": "lark", "definition": definition}
+    with pytest.raises(openai.BadRequestError) as caught:
+        c.responses.create(
+            model="m", input="CUSTOM", tools=[{"type": "custom", "name": "digits", "format": fmt}]
+        )
+    body = caught.value.body
+    assert isinstance(body, dict) and body["param"] == "tools[0].format.definition", body
+    assert body["message"].startswith(message), body
+
+
 def test_tool_choice_none_leaves_the_tools_out_of_the_prompt(stack: Served) -> None:
     """qwen3's template renders no tool preamble for an empty list, so `none` sends none: the prompt
     is the one without tools, token for token (as SGLang does)."""

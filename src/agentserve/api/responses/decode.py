@@ -36,6 +36,8 @@ from agentserve.api.request import ResponsesRequest, ResponsesTool
 from agentserve.api.responses.common import CUSTOM_INPUT, ResponseStore, custom_tool_parameters
 from agentserve.api.signing import Signer
 from agentserve.api.strict import check_strict_format, check_strict_function
+from agentserve.constraints.engine import lark_error
+from agentserve.constraints.lark_regex import LarkRegexError, lark_to_regex
 from agentserve.conversation import (
     Conversation,
     Image,
@@ -294,7 +296,7 @@ class _Decoder:
                     check_strict_function(opt_dict(tool, "parameters", tpath), name, at(tpath, "parameters"))
             else:
                 parameters = custom_tool_parameters()
-                enforce = _custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"), self.ignored)
+                enforce = _custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"))
             self.tools.append(ToolSpec(name, description, parameters, strict, enforce))
             self.tool_kinds[name] = ResponsesTool(kind, namespace)  # type: ignore[arg-type]
 
@@ -338,10 +340,12 @@ def _shell_output(items: list[Any], path: str) -> str:
     return "\n\n".join(parts)
 
 
-def _custom_format(value: dict[str, Any] | None, path: str, ignored: list[str]) -> dict[str, Any] | None:
-    """A custom tool's `format`: `text` (free input), or a `grammar` whose `regex` definition the
-    constraint enforces on the input; a `lark` definition is accepted and not enforced (the input is
-    a JSON string inside the family's call syntax, where a Lark grammar cannot be applied)."""
+def _custom_format(value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+    """A custom tool's `format`: `text` (free input), or a `grammar` the constraint enforces on the
+    input: a `regex` as written, a `lark` grammar flattened into the regex its start rule denotes
+    (`constraints/lark_regex.py`; the input is a string argument in every family's call syntax,
+    which a pattern constrains). A grammar llguidance cannot compile, or a Lark grammar that is
+    not regular (recursive rules, `%ignore`, special tokens), is a 400 naming the definition."""
     if value is None:
         return None
     kind = one_of(req_str(value, "type", path), ("text", "grammar"), at(path, "type"))
@@ -349,9 +353,15 @@ def _custom_format(value: dict[str, Any] | None, path: str, ignored: list[str]) 
         return None
     syntax = one_of(req_str(value, "syntax", path), ("lark", "regex"), at(path, "syntax"))
     definition = req_str(value, "definition", path)
+    where = at(path, "definition")
     if syntax == "lark":
-        ignored.append(at(path, "definition"))
-        return None
+        error = lark_error(definition)
+        if error is not None:
+            raise InvalidRequestError(f"Invalid Lark grammar for the custom tool: {error}", param=where)
+        try:
+            definition = lark_to_regex(definition)
+        except LarkRegexError as exc:
+            raise InvalidRequestError(f"This Lark grammar cannot be enforced: {exc}", param=where) from None
     # The whole input matches (a JSON Schema `pattern` alone matches anywhere in the string).
     anchored = f"^(?:{definition})$"
     return {

@@ -357,21 +357,15 @@ CHAT: tuple[FieldRule, ...] = (
     _e("tools[custom].custom", "the tool"),
     _e("tools[custom].custom.name", "tool name"),
     _e("tools[custom].custom.description", "tool description"),
-    _r(
-        "tools[custom].custom.format",
-        "a grammar format: not enforceable on Chat's freeform input here; `{type: text}` is accepted",
-        {
-            "tools": [
-                {
-                    "type": "custom",
-                    "custom": {
-                        "name": "x",
-                        "format": {"type": "grammar", "grammar": {"syntax": "regex", "definition": "a"}},
-                    },
-                }
-            ]
-        },
+    _e("tools[custom].custom.format", "text / grammar"),
+    _e("tools[custom].custom.format.type", "text / grammar"),
+    _e("tools[custom].custom.format.grammar", "the input's grammar, enforced (`api/custom_format.py`)"),
+    _e(
+        "tools[custom].custom.format.grammar.syntax",
+        "`regex` and `lark` enforced on the input (a Lark grammar flattened into its regex; one llguidance "
+        "cannot compile, or that is recursive, is a 400)",
     ),
+    _e("tools[custom].custom.format.grammar.definition", "the regex or Lark grammar the input must match"),
     _r(
         "tools[*]",
         "a tool type that is neither `function` nor `custom`",

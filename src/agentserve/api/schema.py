@@ -550,10 +550,26 @@ class ChatFunctionTool(_Open):
     function: ChatFunctionDef
 
 
+class ChatCustomTextFormat(_Open):
+    type: Literal["text"]
+
+
+class ChatCustomGrammar(_Open):
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class ChatCustomGrammarFormat(_Open):
+    """The input must match the regex / be in the Lark grammar's language (enforced)."""
+
+    type: Literal["grammar"]
+    grammar: ChatCustomGrammar
+
+
 class ChatCustomDef(_Open):
     name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
-    format: Json | None = Field(None, description="`{type: text}`; a grammar format is refused")
+    format: ChatCustomTextFormat | ChatCustomGrammarFormat | None = None
 
 
 class ChatCustomTool(_Open):

@@ -336,6 +336,30 @@ def test_a_custom_tools_lark_format_is_enforced(stack: Served, stream: bool) -> 
     assert call.name == "digits" and re.fullmatch("[0-9]{2,3}(-[0-9]{2,3})?", call.input), call.input
 
 
+@STREAM
+@pytest.mark.parametrize("syntax", ["lark", "regex"])
+def test_a_chat_custom_tools_grammar_format_is_enforced(stack: Served, stream: bool, syntax: str) -> None:
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    definition = DIGITS_LARK if syntax == "lark" else "[0-9]{2,3}(-[0-9]{2,3})?"
+    fmt = {"type": "grammar", "grammar": {"syntax": syntax, "definition": definition}}
+    tools: Any = [{"type": "custom", "custom": {"name": "digits", "format": fmt}}]
+    messages: Any = [{"role": "user", "content": "CUSTOM"}]
+    if stream:  # the SDK keeps a streamed custom call's fields as extras
+        calls: list[Any] = []
+        for chunk in c.chat.completions.create(model="m", messages=messages, tools=tools, stream=True):
+            if chunk.choices and chunk.choices[0].delta.tool_calls:
+                calls += chunk.choices[0].delta.tool_calls
+        (call,) = calls
+        assert call.type == "custom" and call.model_extra is not None
+        inputs = call.model_extra["custom"]["input"]
+    else:
+        message = c.chat.completions.create(model="m", messages=messages, tools=tools).choices[0].message
+        (call,) = message.tool_calls or []
+        assert call.type == "custom"
+        inputs = call.custom.input
+    assert re.fullmatch("[0-9]{2,3}(-[0-9]{2,3})?", inputs), inputs
+
+
 @pytest.mark.parametrize(
     ("definition", "message"),
     [

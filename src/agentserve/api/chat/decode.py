@@ -25,6 +25,7 @@ from agentserve.api._check import (
     wrong_type,
 )
 from agentserve.api._common import parse_data_url
+from agentserve.api.custom_format import CUSTOM_INPUT, SYNTAXES, custom_input_schema
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.memory import CallMemory, restore_history
 from agentserve.api.nvext import parse_nvext
@@ -36,7 +37,7 @@ from agentserve.api.options import (
     ToolChoice,
 )
 from agentserve.api.request import DecodedRequest
-from agentserve.api.responses.common import CUSTOM_INPUT, custom_tool_parameters
+from agentserve.api.responses.common import custom_tool_parameters
 from agentserve.api.strict import check_strict_format, check_strict_function
 from agentserve.conversation import (
     Conversation,
@@ -263,15 +264,24 @@ class _Decoder:
         if name in seen:
             raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(path, "name"))
         seen.add(name)
-        fmt = opt_dict(tool, "format", path)
-        if fmt is not None and fmt.get("type") != "text":
-            # A grammar format would have to hold on the input; only Responses enforces one (regex).
-            raise InvalidRequestError(
-                "custom tool formats other than {type: text} are not supported on Chat Completions",
-                param=at(path, "format"),
-            )
-        specs.append(ToolSpec(name, opt_str(tool, "description", path) or "", custom_tool_parameters()))
+        enforce = _custom_format(opt_dict(tool, "format", path), at(path, "format"))
+        description = opt_str(tool, "description", path) or ""
+        specs.append(ToolSpec(name, description, custom_tool_parameters(), enforce=enforce))
         self.custom_tools.add(name)
+
+
+def _custom_format(value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+    """A custom tool's `format`: `{type: text}` (free input), or `{type: grammar, grammar: {syntax,
+    definition}}` enforced on the input (`api/custom_format.py`)."""
+    if value is None:
+        return None
+    kind = one_of(req_str(value, "type", path), ("text", "grammar"), at(path, "type"))
+    if kind == "text":
+        return None
+    gpath = at(path, "grammar")
+    grammar = expect_dict(value.get("grammar"), gpath)
+    syntax = one_of(req_str(grammar, "syntax", gpath), SYNTAXES, at(gpath, "syntax"))
+    return custom_input_schema(syntax, req_str(grammar, "definition", gpath), at(gpath, "definition"))
 
 
 def _logprobs(b: dict[str, Any]) -> tuple[int | None, tuple[tuple[int, float], ...]]:

@@ -28,16 +28,15 @@ from agentserve.api._check import (
 )
 from agentserve.api._common import parse_data_url
 from agentserve.api.client_tools import RESPONSES_CLIENT_TOOLS, responses_client_tool
+from agentserve.api.custom_format import CUSTOM_INPUT, SYNTAXES, custom_input_schema
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.identity import BodyIdentity
 from agentserve.api.nvext import is_valid_id, parse_nvext
 from agentserve.api.options import GenerationOptions, ReasoningOptions, ResponseFormat, ToolChoice
 from agentserve.api.request import ResponsesRequest, ResponsesTool
-from agentserve.api.responses.common import CUSTOM_INPUT, ResponseStore, custom_tool_parameters
+from agentserve.api.responses.common import ResponseStore, custom_tool_parameters
 from agentserve.api.signing import Signer
 from agentserve.api.strict import check_strict_format, check_strict_function
-from agentserve.constraints.engine import lark_error
-from agentserve.constraints.lark_regex import LarkRegexError, lark_to_regex
 from agentserve.conversation import (
     Conversation,
     Image,
@@ -341,35 +340,15 @@ def _shell_output(items: list[Any], path: str) -> str:
 
 
 def _custom_format(value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
-    """A custom tool's `format`: `text` (free input), or a `grammar` the constraint enforces on the
-    input: a `regex` as written, a `lark` grammar flattened into the regex its start rule denotes
-    (`constraints/lark_regex.py`; the input is a string argument in every family's call syntax,
-    which a pattern constrains). A grammar llguidance cannot compile, or a Lark grammar that is
-    not regular (recursive rules, `%ignore`, special tokens), is a 400 naming the definition."""
+    """A custom tool's `format`: `text` (free input), or a `grammar` (`regex` or `lark`) the
+    constraint enforces on the input (`api/custom_format.py`)."""
     if value is None:
         return None
     kind = one_of(req_str(value, "type", path), ("text", "grammar"), at(path, "type"))
     if kind == "text":
         return None
-    syntax = one_of(req_str(value, "syntax", path), ("lark", "regex"), at(path, "syntax"))
-    definition = req_str(value, "definition", path)
-    where = at(path, "definition")
-    if syntax == "lark":
-        error = lark_error(definition)
-        if error is not None:
-            raise InvalidRequestError(f"Invalid Lark grammar for the custom tool: {error}", param=where)
-        try:
-            definition = lark_to_regex(definition)
-        except LarkRegexError as exc:
-            raise InvalidRequestError(f"This Lark grammar cannot be enforced: {exc}", param=where) from None
-    # The whole input matches (a JSON Schema `pattern` alone matches anywhere in the string).
-    anchored = f"^(?:{definition})$"
-    return {
-        "type": "object",
-        "properties": {CUSTOM_INPUT: {"type": "string", "pattern": anchored}},
-        "required": [CUSTOM_INPUT],
-        "additionalProperties": False,
-    }
+    syntax = one_of(req_str(value, "syntax", path), SYNTAXES, at(path, "syntax"))
+    return custom_input_schema(syntax, req_str(value, "definition", path), at(path, "definition"))
 
 
 def _tool_choice(value: Any) -> ToolChoice:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from agentserve.conversation import TokenProb
 from agentserve.worker.engine import TokenLogprob
 
-LOOKAHEAD = 64  # queued tokens searched for the one that starts the content (markers before it)
+LOOKAHEAD = 4096  # queued tokens searched for the one that starts the content (markers before it)
 
 
 def token_text(raw: bytes) -> str:
@@ -50,24 +50,32 @@ class AnswerLogprobs:
         while queue and self._pending:
             entry, raw = queue[0]
             pending = self._pending
-            if raw and pending.startswith(raw):
+            if not raw:
+                queue.popleft()  # a token without text spells nothing
+                continue
+            if pending.startswith(raw):
                 queue.popleft()
                 self._pending = pending[len(raw) :]
                 if answer:
                     matched.append(self._prob(entry, raw))
-            elif raw and raw.startswith(pending):
+            elif raw.startswith(pending):
                 break  # the token's text goes on in content not emitted yet
             else:
-                ahead = next(
-                    (i for i in range(1, min(len(queue), LOOKAHEAD)) if _starts(pending, queue[i][1])), None
-                )
+                window = range(1, min(len(queue), LOOKAHEAD))
+                ahead = next((i for i in window if _starts(pending, queue[i][1])), None)
                 if ahead is not None:
                     for _ in range(ahead):  # markers before the content's first token
                         queue.popleft()
-                elif raw and raw in pending:
-                    self._pending = pending[pending.index(raw) :]  # text no token wrote (a separator)
-                else:
-                    queue.popleft()
+                    continue
+                # No queued token starts the content: its head is text the parser wrote itself (gpt-oss's
+                # separator between messages). Skip to where a queued token's text begins, if anywhere;
+                # the tokens stay queued for the content that spells them.
+                found = [
+                    at
+                    for at in (pending.find(queue[i][1]) for i in range(min(len(queue), LOOKAHEAD)))
+                    if at > 0
+                ]
+                self._pending = pending[min(found) :] if found else b""
         if not queue:
             self._pending = b""  # no token will spell it: it is text the parser wrote
         return tuple(matched)

@@ -41,13 +41,13 @@ class Fed:
         return None
 
 
-def answer(raw: str, cuts: list[int]) -> tuple[str, list[int]]:
+def answer(raw: str, cuts: list[int], family: str = "qwen3") -> tuple[str, list[int]]:
     """Feed `raw`'s tokens as steps cut at `cuts` (token i's logprob is -i); return the answer
     text and the positions of the tokens whose log-probabilities came with it."""
     ids = TOKENIZER.encode(raw)
     entries = [TokenLogprob(t, -float(i), ((t, -float(i)),)) for i, t in enumerate(ids)]
     bounds = sorted({0, len(ids), *(c % (len(ids) + 1) for c in cuts)})
-    parser = get_family("qwen3").parser(ParserOptions(tools=TOOLS))
+    parser = get_family(family).parser(ParserOptions(tools=TOOLS))
     gen = Generation(Fed(), parser, prompt_tokens=1, logprobs=AnswerLogprobs(token_bytes))
     events: list[OutputEvent] = []
     pieces = token_pieces(TOKENIZER, ids)  # each token's streamed text, as the sim streams it
@@ -81,14 +81,38 @@ CALL = (
 )
 
 
+HARMONY = (
+    "<|channel|>analysis<|message|>All done? Think.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>All done. Über ✓<|return|>"
+)
+
+
 @settings(max_examples=60, deadline=None)
 @given(cuts=st.lists(st.integers(0, 200), max_size=12))
 def test_the_answer_gets_its_own_tokens_whatever_the_chunking(cuts: list[int]) -> None:
-    for raw, text in ((RAW, "All done. Über-naïve ✓"), (CALL, "Let me look.")):
-        got, positions = answer(raw, cuts)
+    for raw, text, family, after in (
+        (RAW, "All done. Über-naïve ✓", "qwen3", b"</think>"),
+        (CALL, "Let me look.", "qwen3", b"</think>"),
+        (HARMONY, "All done. Über ✓", "gpt-oss", b"final"),
+    ):
+        got, positions = answer(raw, cuts, family)
         assert got.strip() == text
         # exactly the tokens lying inside the answer (the thought says "All done?" too)
         data, want = raw.encode(), text.encode()
-        start = data.index(want, data.index(b"</think>"))
+        start = data.index(want, data.index(after))
         inside = [i for i, (a, b) in enumerate(spans(raw)) if a >= start and b <= start + len(want)]
         assert positions == inside
+
+
+def test_text_the_parser_wrote_itself_costs_no_token() -> None:
+    """A separator the parser inserts (gpt-oss between final messages) matches no token: it is
+    skipped, and the tokens after the markers still go with the text they spell."""
+    table = {1: b"Hel", 2: b"lo", 3: b"<|end|>", 4: b"<|start|>", 5: b"Wor", 6: b"ld", 7: b""}
+    lp = AnswerLogprobs(table.__getitem__)
+    lp.tokens(TokenLogprob(t, -float(t)) for t in (1, 2, 3, 7, 4, 5, 6))
+    assert [p.logprob for p in lp.content("Hello", answer=True)] == [-1.0, -2.0]
+    assert lp.content("\n\n", answer=True) == ()  # the separator
+    assert [p.token for p in lp.content("World", answer=True)] == ["Wor", "ld"]
+    # a token split across two pieces of text waits for the rest
+    lp.tokens([TokenLogprob(5, -5.0)])
+    assert lp.content("Wo", answer=True) == () and [p.token for p in lp.content("r", answer=True)] == ["Wor"]

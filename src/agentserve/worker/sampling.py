@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -112,16 +112,86 @@ def choose(policy: int, bias: Mapping[int, float], allowed: Allowed, top: int | 
 
 
 def _top(
-    ranked: list[tuple[int, float]], logits: Mapping[int, float], allowed: Allowed, policy: int, k: int
+    ranked: Iterable[tuple[int, float]],
+    special: Container[int],
+    allowed: Allowed,
+    policy: int,
+    k: int,
 ) -> list[tuple[int, float]]:
-    """The k most likely tokens: biased ones above 0, then the tokens at 0 (lowest id first), then
-    those biased below 0."""
-    above = [item for item in ranked if item[1] > 0.0]
-    zero = sorted((t for t, v in ranked if v == 0.0), key=lambda t: (t != policy, t))
-    below = [item for item in ranked if item[1] < 0.0]
-    unbiased = (t for t in allowed.ascending() if t not in logits)
-    at_zero = ((t, 0.0) for t in heapq.merge(zero, unbiased, key=lambda t: (t != policy, t)))
-    return list(itertools.islice(itertools.chain(above, at_zero, below), k))
+    """The k most likely tokens, from `ranked` (the tokens with a logit of their own, most likely
+    first) and the allowed tokens at logit 0 (lowest id first): lazily, so a long bias list costs
+    only the k entries taken."""
+    out: list[tuple[int, float]] = []
+    items = iter(ranked)
+    zeros: list[int] = []  # the ranked tokens at logit 0 (policy first, then by id: their rank order)
+    below: tuple[int, float] | None = None
+    for item in items:
+        if item[1] > 0.0:
+            out.append(item)
+            if len(out) == k:
+                return out
+        elif item[1] == 0.0:
+            zeros.append(item[0])
+        else:
+            below = item
+            break
+    unbiased = (t for t in allowed.ascending() if t not in special)
+    for t in heapq.merge(zeros, unbiased, key=lambda t: (t != policy, t)):
+        out.append((t, 0.0))
+        if len(out) == k:
+            return out
+    if below is not None:
+        out.append(below)
+        out += itertools.islice(items, k - len(out))
+    return out[:k]
+
+
+class Unmasked:
+    """`choose` without a grammar, the bias's share of the distribution computed once per request
+    instead of at every position (a 300-token bias cost ~160 µs per token the other way)."""
+
+    def __init__(self, bias: Mapping[int, float], vocab: int) -> None:
+        self.vocab = vocab
+        self.allowed = Allowed(vocab)
+        self.bias = {t: b for t, b in bias.items() if 0 <= t < vocab}
+        self.mass = sum(math.exp(b) for b in self.bias.values())  # biases ≤ 100: no overflow
+        self.ranked = sorted(self.bias.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    def choose(self, policy: int, top: int | None) -> Choice:
+        bias = self.bias
+        if not 0 <= policy < self.vocab:
+            return choose(policy, bias, self.allowed, top)
+        own = PREFERENCE + bias.get(policy, 0.0)
+        rank = _rank(policy)
+        # The bias's ranking with the policy token moved to its place (its logit is its own).
+        ranked = heapq.merge([(policy, own)], (kv for kv in self.ranked if kv[0] != policy), key=rank)
+        head = list(itertools.islice(ranked, 1))
+        best = head[0]
+        free = self.vocab - len(bias) - (0 if policy in bias else 1)
+        if free and best[1] <= 0.0:
+            lowest = next(t for t in range(self.vocab) if t not in bias and t != policy)
+            if rank((lowest, 0.0)) < rank(best):
+                best = (lowest, 0.0)
+        if top is None:
+            return Choice(best[0], None)
+        mass = self.mass - (math.exp(bias[policy]) if policy in bias else 0.0) + math.exp(own) + free
+        log_z = math.log(mass)
+        special = _With(bias, policy)
+        alternatives = _top(itertools.chain(head, ranked), special, self.allowed, policy, top) if top else []
+        return Choice(
+            best[0], TokenLogprob(best[0], best[1] - log_z, tuple((t, v - log_z) for t, v in alternatives))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _With:
+    """The tokens with a logit of their own: the biased ones and the policy's."""
+
+    bias: Mapping[int, float]
+    policy: int
+
+    def __contains__(self, token: object) -> bool:
+        return token == self.policy or token in self.bias
 
 
 Resteer = Callable[[Matcher, Sequence[int], int], list[int]]
@@ -154,14 +224,16 @@ def sample_plan(
     entries: list[TokenLogprob] | None = [] if top is not None else None
     todo = list(plan)
     limit = budget if budget is not None else len(todo)
+    unmasked = Unmasked(bias, vocab) if matcher is None else None
     i = 0
     while i < len(todo) and len(out) < limit:
-        mask = None
-        if matcher is not None:
+        if unmasked is not None:
+            choice = unmasked.choose(todo[i], top)
+        else:
+            assert matcher is not None
             if matcher.is_stopped():
                 break
-            mask = bytes(matcher.compute_bitmask())
-        choice = choose(todo[i], bias, Allowed(vocab, mask), top)
+            choice = choose(todo[i], bias, Allowed(vocab, bytes(matcher.compute_bitmask())), top)
         token = choice.token
         if matcher is not None and not matcher.consume_token(token):
             break

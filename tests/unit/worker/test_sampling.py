@@ -14,7 +14,7 @@ from agentserve.constraints.engine import engine_for
 from agentserve.constraints.spec import Constraint
 from agentserve.worker.constrained import constrained_sample
 from agentserve.worker.engine import SamplingParams
-from agentserve.worker.sampling import PREFERENCE, Allowed, choose, sample_plan
+from agentserve.worker.sampling import PREFERENCE, Allowed, Unmasked, choose, sample_plan
 from agentserve.worker.tokenizer import EMBEDDED_TOKENIZER, HFTokenizer
 
 TOKENIZER = HFTokenizer.from_file(EMBEDDED_TOKENIZER)
@@ -101,3 +101,21 @@ def test_under_a_grammar_forced_tokens_are_certain_and_a_bias_keeps_the_output_v
     assert again.complete and json.loads(text)["a"] in (1, 3)
     check = ENGINE.matcher(GRAMMAR)
     assert check.try_consume_tokens(again.token_ids) == len(again.token_ids)
+
+
+@given(
+    policy=st.integers(-2, 60),
+    bias=st.dictionaries(st.integers(0, 70), st.one_of(st.just(0.0), st.floats(-100, 100)), max_size=12),
+    top=st.one_of(st.none(), st.integers(0, 10)),
+)
+def test_the_per_request_fast_path_is_choose(policy: int, bias: dict[int, float], top: int | None) -> None:
+    fast = Unmasked(bias, 60).choose(policy, top)
+    slow = choose(policy, bias, Allowed(60), top)
+    assert fast.token == slow.token
+    if slow.entry is None:
+        assert fast.entry is None
+        return
+    assert fast.entry is not None
+    assert fast.entry.logprob == pytest.approx(slow.entry.logprob, abs=1e-9)
+    assert [t for t, _ in fast.entry.top] == [t for t, _ in slow.entry.top]
+    assert [lp for _, lp in fast.entry.top] == pytest.approx([lp for _, lp in slow.entry.top], abs=1e-9)

@@ -36,7 +36,7 @@ class Completion:
     def __init__(self) -> None:
         self.token_ids: list[int] = []
         self.token_ids_diff: list[int] = []
-        self.logprobs_diff: list[dict[int, FakeLogprob]] = []
+        self.logprobs: list[dict[int, FakeLogprob]] = []  # the whole output's (result.py `logprobs`)
         self.text_diff = ""
         self.finish_reason: str | None = None
         self.stop_reason: int | None = None
@@ -121,8 +121,8 @@ class Result:
                     decode = self.llm.decode
                     c.text_diff = decode(c.token_ids)[len(decode(c.token_ids[:before])) :]
                     if self.kwargs.get("logprobs"):  # the sampled token (rank 2) and a likelier one
-                        c.logprobs_diff = [
-                            {t + 1: FakeLogprob(-0.5, 1), t: FakeLogprob(-1.25, 2)} for t in c.token_ids_diff
+                        c.logprobs = [
+                            {t + 1: FakeLogprob(-0.5, 1), t: FakeLogprob(-1.25, 2)} for t in c.token_ids
                         ]
                 self.finished = c.finish_reason is not None
                 yield self

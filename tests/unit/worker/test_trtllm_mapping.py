@@ -27,6 +27,7 @@ from agentserve.worker.engines.trtllm_mapping import (
     make_step,
     model_vocab_size,
     sampling_kwargs,
+    step_logprobs,
     token_logprobs,
 )
 
@@ -333,3 +334,14 @@ def test_logit_bias_becomes_an_embedding_bias_over_the_vocabulary() -> None:
         embedding_bias([(5, 1.0)], 5)
     with pytest.raises(ValueError, match="unknown"):
         embedding_bias([(1, 1.0)], None)
+
+
+def test_a_steps_logprobs_are_taken_by_token_position() -> None:
+    """The whole output's list (sliced at the new tokens), or the new tokens' alone; a trimmed stop
+    token's trailing entry is ignored; anything else is a format change and fails loudly."""
+    full = [-0.1, -0.2, -0.3, -0.4]
+    assert step_logprobs([5, 6, 7], [7], full[:3], 0) == [TokenLogprob(7, -0.3)]
+    assert step_logprobs([5, 6, 7], [6, 7], full, 0) == [TokenLogprob(6, -0.2), TokenLogprob(7, -0.3)]
+    assert step_logprobs([5, 6, 7], [7], [-0.9], 0) == [TokenLogprob(7, -0.9)]
+    with pytest.raises(MissingFieldError):
+        step_logprobs([5, 6, 7], [6, 7], [-0.1], 0)

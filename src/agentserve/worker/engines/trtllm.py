@@ -59,7 +59,7 @@ from agentserve.worker.engines.trtllm_mapping import (
     model_vocab_size,
     sampling_kwargs,
     scheduling_kwargs,
-    token_logprobs,
+    step_logprobs,
 )
 from agentserve.worker.engines.trtllm_retention import build_retention_config
 from agentserve.worker.events import EventHub
@@ -160,7 +160,9 @@ class _TrtStream:
         logprobs = None
         if self._logprobs is not None:
             try:
-                logprobs = token_logprobs(completion.token_ids_diff, completion.logprobs_diff, self._logprobs)
+                logprobs = step_logprobs(
+                    completion.token_ids, completion.token_ids_diff, completion.logprobs, self._logprobs
+                )
             except MissingFieldError as exc:
                 self._finish()
                 raise EngineError(str(exc)) from exc

@@ -185,6 +185,28 @@ def token_logprobs(token_ids: Sequence[int], logprobs: Sequence[Any], top: int) 
     return out
 
 
+def step_logprobs(
+    token_ids: Sequence[int], token_ids_diff: Sequence[int], logprobs: Sequence[Any] | None, top: int
+) -> list[TokenLogprob]:
+    """The new tokens' entries of `CompletionOutput.logprobs`, by token position rather than through
+    `logprobs_diff`: `_handle_sequence` (executor/result.py) advances `_last_logprobs_len` only on
+    the executor's own `log_probs` path, while the top-k path replaces `output.logprobs` with
+    `logprobs_result.generation`. A list as long as the output (or longer by a trimmed stop token's
+    entry) is sliced at the new tokens' positions; one as long as the new tokens is theirs."""
+    full = list(logprobs or ())
+    new = len(token_ids_diff)
+    if len(full) >= len(token_ids):
+        start = len(token_ids) - new
+        window = full[start : start + new]
+    elif len(full) == new:
+        window = full
+    else:
+        raise MissingFieldError(
+            f"TensorRT-LLM returned {len(full)} log-probabilities for an output of {len(token_ids)} tokens"
+        )
+    return token_logprobs(token_ids_diff, window, top)
+
+
 def _logprob_of(value: Any) -> float:
     return float(value.logprob if hasattr(value, "logprob") else value["logprob"])
 

@@ -125,8 +125,22 @@ class ReasoningEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenProb:
+    """One answer token's log-probability as the OpenAI APIs show it: the token's text (its bytes
+    decoded, lossy where the token splits a character), its exact bytes, and the most likely
+    alternatives (each a `TokenProb` without alternatives of its own)."""
+
+    token: str
+    bytes: tuple[int, ...]
+    logprob: float
+    top: tuple[TokenProb, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TextDelta:
     text: str
+    # The log-probabilities of the tokens whose text this delta completes (None: not asked for).
+    logprobs: tuple[TokenProb, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

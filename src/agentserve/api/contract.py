@@ -302,6 +302,10 @@ ANTHROPIC: tuple[FieldRule, ...] = (
 
 # -- Chat Completions -----------------------------------------------------------------------------
 
+_STRICT_TOOL = (
+    "arguments enforced by the grammar; the schema must keep OpenAI's strict-mode rules "
+    "(`api/strict.py`, else 400)"
+)
 _C_MSG = "messages[]"
 _C_TOOL = "tools[function].function"
 CHAT: tuple[FieldRule, ...] = (
@@ -345,26 +349,23 @@ CHAT: tuple[FieldRule, ...] = (
     _e(f"{_C_TOOL}.description", "tool description"),
     _e(f"{_C_TOOL}.parameters", "arguments schema"),
     _e(f"{_C_TOOL}.parameters.type", "must be `object`"),
-    _e(f"{_C_TOOL}.strict", "arguments enforced by the grammar"),
+    _e(
+        f"{_C_TOOL}.strict",
+        _STRICT_TOOL,
+    ),
     _e("tools[custom]", "a custom tool: rendered with one `input` string; calls return as `type: custom`"),
     _e("tools[custom].custom", "the tool"),
     _e("tools[custom].custom.name", "tool name"),
     _e("tools[custom].custom.description", "tool description"),
-    _r(
-        "tools[custom].custom.format",
-        "a grammar format: not enforceable on Chat's freeform input here; `{type: text}` is accepted",
-        {
-            "tools": [
-                {
-                    "type": "custom",
-                    "custom": {
-                        "name": "x",
-                        "format": {"type": "grammar", "grammar": {"syntax": "regex", "definition": "a"}},
-                    },
-                }
-            ]
-        },
+    _e("tools[custom].custom.format", "text / grammar"),
+    _e("tools[custom].custom.format.type", "text / grammar"),
+    _e("tools[custom].custom.format.grammar", "the input's grammar, enforced (`api/custom_format.py`)"),
+    _e(
+        "tools[custom].custom.format.grammar.syntax",
+        "`regex` and `lark` enforced on the input (a Lark grammar flattened into its regex; one llguidance "
+        "cannot compile, or that is recursive, is a 400)",
     ),
+    _e("tools[custom].custom.format.grammar.definition", "the regex or Lark grammar the input must match"),
     _r(
         "tools[*]",
         "a tool type that is neither `function` nor `custom`",
@@ -375,7 +376,10 @@ CHAT: tuple[FieldRule, ...] = (
     _e("functions[].description", "tool description"),
     _e("functions[].parameters", "arguments schema"),
     _e("functions[].parameters.type", "must be `object`"),
-    _e("functions[].strict", "arguments enforced by the grammar"),
+    _e(
+        "functions[].strict",
+        _STRICT_TOOL,
+    ),
     _e("tool_choice", "constrained decoding"),
     _e("tool_choice.type", "function / allowed_tools"),
     _e("tool_choice.function", "the forced function"),
@@ -407,19 +411,23 @@ CHAT: tuple[FieldRule, ...] = (
     _e("response_format.json_schema", "the schema"),
     _e("response_format.json_schema.name", "schema name"),
     _e("response_format.json_schema.schema", "the enforced schema"),
-    _e("response_format.json_schema.strict", "enforced"),
+    _e(
+        "response_format.json_schema.strict",
+        "enforced; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+    ),
     _e("reasoning_effort", "reasoning switch and level"),
     _e("chat_template_kwargs", "passed to the template (`enable_thinking`)"),
-    _r(
+    _e(
         "logprobs",
-        "`true`: no engine path returns token log-probabilities to the frontend yet; `false` is accepted",
-        {"logprobs": True},
+        "the answer tokens' log-probabilities (`choices[].logprobs.content`, stream chunks too): the "
+        "engine's (the sim: its sampling distribution after grammar mask and bias; TensorRT-LLM: "
+        "`SamplingParams.logprobs`)",
     ),
-    _r("top_logprobs", "as `logprobs`", {"top_logprobs": 2}),
-    _r(
+    _e("top_logprobs", "alternatives per token (0..20; needs `logprobs: true`)"),
+    _e(
         "logit_bias",
-        "a non-empty bias: no engine path applies one yet; `{}` is accepted",
-        {"logit_bias": {"1": 5}},
+        "added to the logits (the sim's sampler; TensorRT-LLM `embedding_bias`); a token id outside "
+        "the model's vocabulary is a 400",
     ),
     _i("user", "an end-user id for OpenAI's abuse monitoring"),
     _i("safety_identifier", "an end-user id for OpenAI's abuse monitoring"),
@@ -532,14 +540,21 @@ RESPONSES: tuple[FieldRule, ...] = (
     _e("tools[function].description", "tool description"),
     _e("tools[function].parameters", "arguments schema"),
     _e("tools[function].parameters.type", "must be `object`"),
-    _e("tools[function].strict", "arguments enforced by the grammar"),
+    _e(
+        "tools[function].strict",
+        _STRICT_TOOL,
+    ),
     _e("tools[custom]", "a freeform tool: one `input` string; calls return as `custom_tool_call`"),
     _e("tools[custom].name", "tool name"),
     _e("tools[custom].description", "tool description"),
     _e("tools[custom].format", "text / grammar"),
     _e("tools[custom].format.type", "text / grammar"),
-    _e("tools[custom].format.syntax", "`regex` enforced; `lark` accepted, not enforced (docs)"),
-    _e("tools[custom].format.definition", "the regex the input must match"),
+    _e(
+        "tools[custom].format.syntax",
+        "`regex` and `lark` enforced on the input (a Lark grammar flattened into its regex; one llguidance "
+        "cannot compile, or that is recursive, is a 400)",
+    ),
+    _e("tools[custom].format.definition", "the regex or Lark grammar the input must match"),
     _e("tools[namespace]", "a namespace of tools (Codex)"),
     _e("tools[namespace].name", "echoed on calls"),
     _e(
@@ -551,7 +566,8 @@ RESPONSES: tuple[FieldRule, ...] = (
     _i(
         "tools[*]",
         "a hosted tool (web search, file search, code interpreter, MCP, …): it runs on OpenAI's side "
-        "and cannot run here, so it is not offered; `tool_choice` naming one is a 400",
+        "and cannot run here, so it is not offered and the Response does not echo it in `tools`; "
+        "`tool_choice` naming one is a 400",
     ),
     _e("tool_choice", "constrained decoding"),
     _e("tool_choice.type", "function / custom / allowed_tools (a hosted tool: 400)"),
@@ -569,16 +585,19 @@ RESPONSES: tuple[FieldRule, ...] = (
     _e("text.format.type", "text / json_object / json_schema"),
     _e("text.format.name", "schema name (echoed)"),
     _e("text.format.schema", "the enforced schema"),
-    _e("text.format.strict", "enforced"),
+    _e(
+        "text.format.strict",
+        "enforced; the schema must keep OpenAI's strict-mode rules (`api/strict.py`, else 400)",
+    ),
     _e(
         "include",
-        "`reasoning.encrypted_content`: sealed reasoning; `message.output_text.logprobs`: 400 (no "
-        "log-probabilities); the other values ask for hosted tools' outputs, which never occur here",
+        "`reasoning.encrypted_content`: sealed reasoning; `message.output_text.logprobs`: the output "
+        "text's log-probabilities (`output_text.logprobs`, `response.output_text.delta`); the other "
+        "values ask for hosted tools' outputs, which never occur here",
     ),
-    _r(
+    _e(
         "top_logprobs",
-        "no engine path returns token log-probabilities to the frontend yet",
-        {"top_logprobs": 2},
+        "alternatives per token in `output_text.logprobs` (0..20; asks for log-probabilities too)",
     ),
     _e("store", "the response store (`previous_response_id`)"),
     _e("prompt_cache_key", "session id"),

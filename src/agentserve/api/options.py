@@ -97,3 +97,7 @@ class GenerationOptions:
     include_usage: bool = False  # Chat stream_options.include_usage: a final usage chunk
     verbosity: str | None = None  # Responses text.verbosity
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # Chat chat_template_kwargs
+    # Log-probabilities of the answer's tokens: None asks for none, k for each token's own and the k
+    # most likely alternatives (Chat `logprobs`/`top_logprobs`, Responses `top_logprobs` / include).
+    logprobs: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # Chat `logit_bias`: (token id, -100..100)

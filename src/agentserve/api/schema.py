@@ -550,10 +550,26 @@ class ChatFunctionTool(_Open):
     function: ChatFunctionDef
 
 
+class ChatCustomTextFormat(_Open):
+    type: Literal["text"]
+
+
+class ChatCustomGrammar(_Open):
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class ChatCustomGrammarFormat(_Open):
+    """The input must match the regex / be in the Lark grammar's language (enforced)."""
+
+    type: Literal["grammar"]
+    grammar: ChatCustomGrammar
+
+
 class ChatCustomDef(_Open):
     name: Annotated[str, Field(min_length=1, max_length=256, description="unique in the request")]
     description: str | None = None
-    format: Json | None = Field(None, description="`{type: text}`; a grammar format is refused")
+    format: ChatCustomTextFormat | ChatCustomGrammarFormat | None = None
 
 
 class ChatCustomTool(_Open):
@@ -661,11 +677,13 @@ class ChatCompletionRequest(_Open):
     user: str | None = None
     metadata: OpenAIMetadata | None = None
     nvext: NvExt | None = None
-    logprobs: Literal[False] | None = Field(None, description="`true` is refused (no log-probabilities)")
-    top_logprobs: None = Field(None, description="refused (no log-probabilities)")
-    logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = Field(
-        None, description="a non-empty bias is refused"
+    logprobs: bool | None = Field(None, description="the answer tokens' log-probabilities")
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = Field(
+        None, description="alternatives per token (needs `logprobs: true`)"
     )
+    logit_bias: (
+        Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=300)] | None
+    ) = Field(None, description="token id → bias added to its logit")
     safety_identifier: Any = None
     store: Any = None
     service_tier: Any = None
@@ -871,7 +889,7 @@ class ResponsesCustomTextFormat(_Open):
 
 
 class ResponsesCustomGrammarFormat(_Open):
-    """`regex`: the whole input must match (enforced); `lark`: accepted, not enforced."""
+    """`regex`: the whole input must match; `lark`: the input is in the grammar's language (both enforced)."""
 
     type: Literal["grammar"]
     syntax: Literal["lark", "regex"]
@@ -1005,7 +1023,11 @@ class ResponsesRequest(_Open):
     parallel_tool_calls: bool | None = None
     reasoning: ResponsesReasoning | None = None
     text: ResponsesText | None = None
-    include: list[str] | None = Field(None, description="'reasoning.encrypted_content': sealed reasoning")
+    include: list[str] | None = Field(
+        None,
+        description="'reasoning.encrypted_content': sealed reasoning; "
+        "'message.output_text.logprobs': the output text's log-probabilities",
+    )
     store: bool | None = None
     prompt_cache_key: Annotated[str, Field(max_length=1024)] | None = None
     stream: bool | None = None
@@ -1019,7 +1041,9 @@ class ResponsesRequest(_Open):
     conversation: None = Field(None, description="not supported")
     prompt: None = Field(None, description="not supported")
     nvext: NvExt | None = None
-    top_logprobs: None = Field(None, description="refused (no log-probabilities)")
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = Field(
+        None, description="alternatives per token in `output_text.logprobs`"
+    )
     safety_identifier: Any = None
     stream_options: Any = None
     service_tier: Any = None

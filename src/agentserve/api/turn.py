@@ -21,6 +21,7 @@ from agentserve.conversation import (
     ReasoningEnd,
     Text,
     TextDelta,
+    TokenProb,
     ToolCall,
     ToolCallArgsDelta,
     ToolCallEnd,
@@ -44,12 +45,15 @@ TurnItem = Reasoning | Text | ToolCall | FailedCall
 
 
 class TurnAccumulator:
-    __slots__ = ("_calls", "_items", "_open", "_parts", "finish")
+    __slots__ = ("_calls", "_items", "_logprobs", "_open", "_parts", "finish", "text_logprobs")
 
     def __init__(self) -> None:
         self._items: list[TurnItem] = []
         self._open: str | None = None  # "reasoning" | "text" while a run is being collected
         self._parts: list[str] = []
+        self._logprobs: list[TokenProb] | None = None  # the open text run's, when carried
+        # Per `Text` item of `items`, in order: its tokens' log-probabilities (None: not asked for).
+        self.text_logprobs: list[tuple[TokenProb, ...] | None] = []
         self._calls: dict[int, tuple[str, str, list[str]]] = {}
         self.finish: Finish | None = None
 
@@ -58,8 +62,12 @@ class TurnAccumulator:
             text = "".join(self._parts)
             if text:
                 self._items.append(Reasoning(text) if self._open == "reasoning" else Text(text))
+                if self._open == "text":
+                    logprobs = self._logprobs
+                    self.text_logprobs.append(None if logprobs is None else tuple(logprobs))
             self._open = None
             self._parts = []
+            self._logprobs = None
 
     def _run(self, kind: str, text: str) -> None:
         if self._open != kind:
@@ -74,8 +82,10 @@ class TurnAccumulator:
             case ReasoningEnd():
                 if self._open == "reasoning":
                     self._close_run()
-            case TextDelta(text):
+            case TextDelta(text, logprobs):
                 self._run("text", text)
+                if logprobs is not None:
+                    self._logprobs = [*(self._logprobs or ()), *logprobs]
             case ToolCallStart(index, call_id, name):
                 self._close_run()
                 self._calls[index] = (call_id, name, [])

@@ -220,6 +220,28 @@ def schema_error(schema: Mapping[str, Any]) -> str | None:
     return error
 
 
+_LARK_CACHE = 256
+_larks: OrderedDict[str, str | None] = OrderedDict()
+
+
+def lark_error(source: str) -> str | None:
+    """llguidance's verdict on a Lark grammar of its own (a custom tool's format): None when it
+    compiles. Cached by source (Codex sends the same grammar with every request)."""
+    with _schemas_lock:
+        if source in _larks:
+            _larks.move_to_end(source)
+            return _larks[source]
+    try:
+        error: str | None = LLMatcher.validate_grammar(LLMatcher.grammar_from_lark(source)) or None
+    except ValueError as exc:
+        error = str(exc)
+    with _schemas_lock:
+        _larks[source] = error
+        while len(_larks) > _LARK_CACHE:
+            _larks.popitem(last=False)
+    return error
+
+
 # --------------------------------------------------------------------------------------------------
 # Steering
 

@@ -81,6 +81,7 @@ class Constrainer:
         self._cache_size = cache_size
         self._engine: GrammarEngine | None = None
         self._markers: Markers | None = None
+        self._bytes: dict[int, bytes] = {}  # token id -> its bytes (bounded by the vocabulary)
 
     @property
     def engine(self) -> GrammarEngine:
@@ -96,6 +97,26 @@ class Constrainer:
             strings = grammar.marker_strings if grammar is not None else ()
             self._markers = Markers(self.engine.specials(strings))
         return self._markers
+
+    def token_bytes(self, token: int) -> bytes:
+        """A token's exact bytes (log-probabilities show each token's text and bytes)."""
+        raw = self._bytes.get(token)
+        if raw is None:
+            raw = self._bytes[token] = bytes(self.engine.tokenizer().decode_bytes([token]))
+        return raw
+
+    def check_logit_bias(self, request: DecodedRequest) -> None:
+        """Every biased token is one of the served model's. Raises InvalidRequestError."""
+        bias = request.options.logit_bias
+        if not bias:
+            return
+        vocab = self.engine.tokenizer().vocab_size
+        for token, _ in bias:
+            if token >= vocab:
+                raise InvalidRequestError(
+                    f"Invalid key in 'logit_bias': {token} is not a token of this model (0..{vocab - 1}).",
+                    param="logit_bias",
+                )
 
     def drops_tools(self, request: DecodedRequest) -> bool:
         """tool_choice none: leave the tools out of the prompt where the family's template renders

@@ -27,6 +27,7 @@ from agentserve.conversation import (
     ToolCallStart,
     Usage,
 )
+from agentserve.frontend.logprobs import AnswerLogprobs
 from agentserve.frontend.stops import StopMatcher
 from agentserve.parsing.stream import OutputParser
 from agentserve.worker.engine import Step
@@ -50,6 +51,7 @@ class Generation:
         "_engine_output",
         "_in_reasoning",
         "_keep_ids",
+        "_logprobs",
         "_parser",
         "_reason",
         "_steps",
@@ -76,6 +78,7 @@ class Generation:
         stops: tuple[str, ...] = (),
         discard_output: bool = False,
         keep_token_ids: bool = False,
+        logprobs: AnswerLogprobs | None = None,
     ) -> None:
         self.stream = stream
         self._steps = stream.__aiter__()
@@ -83,6 +86,7 @@ class Generation:
         self._stops = StopMatcher(stops) if stops else None
         self._discard = discard_output  # max_tokens 0: prefill (warm the cache), answer nothing
         self._keep_ids = keep_token_ids
+        self._logprobs = logprobs  # the request asked for log-probabilities of the answer
         self._in_reasoning = starts_in_reasoning
         self._reason: FinishReason = "abort"  # a stream that ends without a finish step was cut off
         self._engine_output: int | None = None
@@ -129,6 +133,8 @@ class Generation:
                 self._engine_output = step.usage.output_tokens
         if self._discard:
             return []
+        if self._logprobs is not None and step.logprobs:
+            self._logprobs.tokens(step.logprobs)
         text = step.text
         stops = self._stops
         if stops is not None:
@@ -139,7 +145,7 @@ class Generation:
                 self._reason = "stop"
         events = self._parser.feed(text) if text else []
         self._count(len(ids), events)
-        return events
+        return events if self._logprobs is None else self._attach(events)
 
     def close(self) -> list[OutputEvent]:
         """The end of the turn, after the last step: what the stop matcher held, the parser's
@@ -154,6 +160,8 @@ class Generation:
                 if held:
                     tail += self._parser.feed(held)
             tail += self._parser.close()
+            if self._logprobs is not None:
+                tail = self._attach(tail)
         usage = Usage(
             input_tokens=self.prompt_tokens,
             output_tokens=0 if self._discard else self.output_tokens,
@@ -175,6 +183,25 @@ class Generation:
         finally:
             await self.release()
         yield self.close()
+
+    def _attach(self, events: list[OutputEvent]) -> list[OutputEvent]:
+        """Answer text with the log-probabilities of the tokens it completes (`AnswerLogprobs`)."""
+        lp = self._logprobs
+        assert lp is not None
+        out: list[OutputEvent] = []
+        for event in events:
+            kind = type(event)
+            if kind is TextDelta:
+                assert isinstance(event, TextDelta)
+                event = TextDelta(event.text, lp.content(event.text, answer=True))
+            elif kind is ReasoningDelta:
+                assert isinstance(event, ReasoningDelta)
+                lp.content(event.text, answer=False)
+            elif kind is ToolCallArgsDelta:
+                assert isinstance(event, ToolCallArgsDelta)
+                lp.content(event.fragment, answer=False)
+            out.append(event)
+        return out
 
     def _count(self, tokens: int, events: list[Any]) -> None:
         if not events:

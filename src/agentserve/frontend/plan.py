@@ -80,6 +80,8 @@ def sampling_params(
         stop=stops.strings,
         stop_token_ids=stops.token_ids,
         include_stop=bool(stops.token_ids or stops.strings),
+        logprobs=options.logprobs,
+        logit_bias=options.logit_bias,
     )
 
 

@@ -52,6 +52,7 @@ from agentserve.frontend.backend import Backend
 from agentserve.frontend.constrain import Constrainer
 from agentserve.frontend.generate import Generation
 from agentserve.frontend.http import ChunkWriter
+from agentserve.frontend.logprobs import AnswerLogprobs
 from agentserve.frontend.models import served_models
 from agentserve.frontend.plan import (
     engine_stops,
@@ -333,6 +334,7 @@ class Frontend:
         request_id: str,
     ) -> Prepared:
         self.check_model(request.options.model)
+        self.constrainer.check_logit_bias(request)
         if request.ignored:
             ignored = ", ".join(request.ignored[:20])
             log.debug("%s %s: accepted and ignored %s", request_id, surface.name, ignored)
@@ -493,6 +495,9 @@ class Frontend:
             stops=request.options.stop,
             discard_output=p.discard_output,
             keep_token_ids=p.identity.session_id is not None,
+            logprobs=None
+            if request.options.logprobs is None
+            else AnswerLogprobs(self.constrainer.token_bytes),
         )
 
     def _retention(self, p: Prepared) -> Retention | None:

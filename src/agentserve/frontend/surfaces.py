@@ -241,7 +241,12 @@ class ChatSurface:
     def build(
         self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
     ) -> tuple[dict[str, Any], str]:
-        body = chat.build_chat_completion(turn, model=model, custom_tools=request.custom_tools)
+        body = chat.build_chat_completion(
+            turn,
+            model=model,
+            custom_tools=request.custom_tools,
+            logprobs=request.options.logprobs is not None,
+        )
         return body, body["id"]
 
     def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:

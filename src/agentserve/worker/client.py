@@ -37,6 +37,7 @@ from agentserve.worker.engine import (
     KvSnapshot,
     Load,
     Step,
+    TokenLogprob,
 )
 from agentserve.worker.http1 import Http1Pool, Http1Response, HttpConnectionError, _Connection
 from agentserve.worker.mux import (
@@ -111,7 +112,12 @@ def merge_steps(steps: Sequence[Step]) -> Step:
     for s in steps:
         ids += s.token_ids
     first, last = steps[0], steps[-1]
-    return Step(ids, "".join(s.text for s in steps), first.cached_tokens, last.finish_reason, last.usage)
+    logprobs: list[TokenLogprob] | None = None
+    if any(s.logprobs is not None for s in steps):
+        logprobs = [e for s in steps for e in (s.logprobs or ())]
+    return Step(
+        ids, "".join(s.text for s in steps), first.cached_tokens, last.finish_reason, last.usage, logprobs
+    )
 
 
 class RemoteStepStream:

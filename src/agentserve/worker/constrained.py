@@ -14,10 +14,14 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
+
+from llguidance import LLMatcher
 
 from agentserve.constraints.engine import GrammarEngine, GrammarError, engine_for, steer
 from agentserve.constraints.spec import Constraint
 from agentserve.worker.engine import InvalidRequestError, SamplingParams
+from agentserve.worker.sampling import Matcher, Sampled, sample_plan
 from agentserve.worker.tokenizer import Tokenizer, token_pieces, tokenizer_json
 
 PIECE_WINDOW = 32  # token_pieces' look-ahead (as the sim's own plans)
@@ -96,6 +100,55 @@ def constrained_plan(
     if len(_plans) > PLAN_CACHE:
         _plans.popitem(last=False)
     return plan
+
+
+def constrained_sample(
+    tokenizer: Tokenizer,
+    constraint: Constraint,
+    plan: Sequence[int],
+    *,
+    sampling: SamplingParams,
+    need: int,
+    seed: int,
+) -> Sampled:
+    """The steered `plan` sampled under the grammar's mask with the request's logit_bias and, when
+    asked, its log-probabilities (`worker/sampling.py`); where a bias leaves the plan, the rest is
+    steered again from the chosen token (same seed), so the output still passes the grammar."""
+    eos = tuple(sampling.stop_token_ids)
+    engine = grammar_engine(tokenizer)
+    try:
+        matcher = engine.matcher(constraint.grammar, eos)
+    except GrammarError as exc:
+        raise InvalidRequestError(f"the request's constraint does not compile: {exc}") from None
+    rng = random.Random(seed)
+
+    def resteer(state: Matcher, rest: Sequence[int], room: int) -> list[int]:
+        return steer(
+            cast(LLMatcher, state),  # sample_plan hands back copies of `matcher`
+            rest,
+            max_tokens=room,
+            rng=rng,
+            preferred=engine.preferred(eos),
+            closing=engine.closing(eos),
+            prefixes=engine.prefixes,
+            text_closers=engine.text_closers(constraint.grammar),
+            stop_ids=eos if sampling.include_stop else (),
+        ).token_ids
+
+    return sample_plan(
+        plan,
+        vocab=engine.tokenizer(eos).vocab_size,
+        bias=dict(sampling.logit_bias),
+        top=sampling.logprobs,
+        matcher=matcher,
+        resteer=resteer,
+        budget=need,
+    )
+
+
+def vocab_size(tokenizer: Tokenizer) -> int:
+    """Token ids the worker's tokenizer knows (what an unconstrained distribution spans)."""
+    return grammar_engine(tokenizer).tokenizer().vocab_size
 
 
 def _pieces(tokenizer: Tokenizer, ids: list[int], script: Sequence[int], pieces: Sequence[str]) -> list[str]:

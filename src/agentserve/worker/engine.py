@@ -44,6 +44,11 @@ class SamplingParams:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
+    # Log-probabilities: None asks for none; k ≥ 0 asks for each output token's own and the k most
+    # likely alternatives' (OpenAI `top_logprobs`, at most 20; TensorRT-LLM's `logprobs`).
+    logprobs: int | None = None
+    # (token id, bias) pairs added to the logits before sampling (OpenAI `logit_bias`: -100..100).
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +126,17 @@ class GenerateRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One output token's log-probability under the distribution it was sampled from, and the
+    most likely alternatives (`top`: (token id, log-probability), most likely first; as many as
+    `SamplingParams.logprobs` asked for)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
     """New output since the previous step of the same request.
 
@@ -135,6 +151,8 @@ class Step:
     cached_tokens: int | None = None
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
+    # One entry per token id when the request asked for log-probabilities (None otherwise).
+    logprobs: Sequence[TokenLogprob] | None = None
 
 
 class StepStream(Protocol):

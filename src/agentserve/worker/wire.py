@@ -41,6 +41,7 @@ from agentserve.worker.engine import (
     Retention,
     SamplingParams,
     Step,
+    TokenLogprob,
     TokenRangeRetention,
 )
 
@@ -96,6 +97,10 @@ def encode_request(request: GenerateRequest) -> Frame:
         sampling["ignore_eos"] = True
     if s.include_stop:
         sampling["include_stop"] = True
+    if s.logprobs is not None:
+        sampling["logprobs"] = s.logprobs
+    if s.logit_bias:
+        sampling["logit_bias"] = [[token, bias] for token, bias in s.logit_bias]
     body: Frame = {"token_ids": list(request.prompt_token_ids), "sampling": sampling}
     if request.request_id:
         body["request_id"] = request.request_id
@@ -249,8 +254,39 @@ _SAMPLING_KEYS = frozenset(
         "presence_penalty",
         "frequency_penalty",
         "repetition_penalty",
+        "logprobs",
+        "logit_bias",
     }
 )
+
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit on alternatives per token
+MAX_LOGIT_BIAS = 1024  # (token, bias) pairs per request (OpenAI takes 300)
+
+
+def _logprobs(raw: Mapping[str, Any]) -> int | None:
+    value = raw.get("logprobs")
+    if value is not None and (type(value) is not int or not 0 <= value <= MAX_TOP_LOGPROBS):
+        raise WireError(f"sampling.logprobs must be an integer in 0..{MAX_TOP_LOGPROBS}")
+    return value
+
+
+def _logit_bias(raw: Mapping[str, Any]) -> tuple[tuple[int, float], ...]:
+    value = raw.get("logit_bias") or []
+    if not isinstance(value, list) or len(value) > MAX_LOGIT_BIAS:
+        raise WireError(f"sampling.logit_bias must be a list of at most {MAX_LOGIT_BIAS} [token id, bias]")
+    pairs: list[tuple[int, float]] = []
+    for pair in value:
+        if not (
+            isinstance(pair, list | tuple)
+            and len(pair) == 2
+            and type(pair[0]) is int
+            and pair[0] >= 0
+            and type(pair[1]) in (int, float)
+            and -100 <= pair[1] <= 100
+        ):
+            raise WireError("a sampling.logit_bias entry is [token id ≥ 0, bias in -100..100]")
+        pairs.append((pair[0], float(pair[1])))
+    return tuple(pairs)
 
 
 def decode_request(data: Any) -> GenerateRequest:
@@ -308,6 +344,8 @@ def decode_request(data: Any) -> GenerateRequest:
         presence_penalty=_opt(raw, "presence_penalty", num, w),
         frequency_penalty=_opt(raw, "frequency_penalty", num, w),
         repetition_penalty=_opt(raw, "repetition_penalty", num, w),
+        logprobs=_logprobs(raw),
+        logit_bias=_logit_bias(raw),
     )
     hints = None
     raw_hints = data.get("hints")
@@ -358,6 +396,8 @@ def decode_request(data: Any) -> GenerateRequest:
 
 def step_to_frame(step: Step) -> Frame:
     frame: Frame = {"token_ids": step.token_ids, "text": step.text}
+    if step.logprobs is not None:  # [token id, log-probability, [[token id, log-probability], …]]
+        frame["logprobs"] = [[e.token_id, e.logprob, [list(t) for t in e.top]] for e in step.logprobs]
     if step.cached_tokens is not None:
         frame["cached_tokens"] = step.cached_tokens
     if step.finish_reason is not None:
@@ -401,9 +441,19 @@ def frame_to_step(frame: Frame) -> Step:
                 output_tokens=u.get("output_tokens", 0),
                 cached_tokens=u.get("cached_tokens", 0),
             )
-        return Step(frame["token_ids"], frame["text"], frame.get("cached_tokens"), reason, usage)
-    except (KeyError, AttributeError, TypeError) as exc:
+        raw = frame.get("logprobs")
+        logprobs = None if raw is None else [_token_logprob(e) for e in raw]
+        return Step(frame["token_ids"], frame["text"], frame.get("cached_tokens"), reason, usage, logprobs)
+    except (KeyError, AttributeError, TypeError, ValueError) as exc:
+        if isinstance(exc, WireError):
+            raise
+
         raise WireError(f"malformed frame: {frame!r}") from exc
+
+
+def _token_logprob(raw: Any) -> TokenLogprob:
+    token, logprob, top = raw
+    return TokenLogprob(int(token), float(logprob), tuple((int(t), float(lp)) for t, lp in top))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,8 +11,19 @@ import anthropic
 import openai
 from stack import Served
 
-BASH_SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
-READ_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+# Strict-mode conformant (OpenAI refuses a strict schema without `additionalProperties: false`).
+BASH_SCHEMA = {
+    "type": "object",
+    "properties": {"command": {"type": "string"}},
+    "required": ["command"],
+    "additionalProperties": False,
+}
+READ_SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}},
+    "required": ["path"],
+    "additionalProperties": False,
+}
 Specs = Sequence[tuple[str, dict[str, Any]]]
 TOOLS: Specs = (("Bash", BASH_SCHEMA), ("Read", READ_SCHEMA))
 

@@ -313,6 +313,76 @@ def test_a_custom_tools_regex_format_is_enforced(stack: Served, stream: bool) ->
     assert [o.input for o in plain.output if o.type == "custom_tool_call"] == ["twelve"]
 
 
+DIGITS_LARK = """
+// two to six digits, optionally grouped: "12", "12-34"
+start: group ("-" group)?
+group: DIGIT{2,3}
+%import common.DIGIT
+"""
+
+
+@STREAM
+def test_a_custom_tools_lark_format_is_enforced(stack: Served, stream: bool) -> None:
+    """The script writes `twelve`; the Lark grammar (flattened into the input's regex) steers it."""
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    fmt = {"type": "grammar", "syntax": "lark", "definition": DIGITS_LARK}
+    tools: Any = [{"type": "custom", "name": "digits", "format": fmt}]
+    if stream:
+        with c.responses.stream(model="m", input="CUSTOM", tools=tools) as events:
+            response = events.get_final_response()
+    else:
+        response = c.responses.create(model="m", input="CUSTOM", tools=tools)
+    (call,) = [o for o in response.output if o.type == "custom_tool_call"]
+    assert call.name == "digits" and re.fullmatch("[0-9]{2,3}(-[0-9]{2,3})?", call.input), call.input
+
+
+@STREAM
+@pytest.mark.parametrize("syntax", ["lark", "regex"])
+def test_a_chat_custom_tools_grammar_format_is_enforced(stack: Served, stream: bool, syntax: str) -> None:
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    definition = DIGITS_LARK if syntax == "lark" else "[0-9]{2,3}(-[0-9]{2,3})?"
+    fmt = {"type": "grammar", "grammar": {"syntax": syntax, "definition": definition}}
+    tools: Any = [{"type": "custom", "custom": {"name": "digits", "format": fmt}}]
+    messages: Any = [{"role": "user", "content": "CUSTOM"}]
+    if stream:  # the SDK keeps a streamed custom call's fields as extras
+        calls: list[Any] = []
+        for chunk in c.chat.completions.create(model="m", messages=messages, tools=tools, stream=True):
+            if chunk.choices and chunk.choices[0].delta.tool_calls:
+                calls += chunk.choices[0].delta.tool_calls
+        (call,) = calls
+        assert call.type == "custom" and call.model_extra is not None
+        inputs = call.model_extra["custom"]["input"]
+    else:
+        message = c.chat.completions.create(model="m", messages=messages, tools=tools).choices[0].message
+        (call,) = message.tool_calls or []
+        assert call.type == "custom"
+        inputs = call.custom.input
+    assert re.fullmatch("[0-9]{2,3}(-[0-9]{2,3})?", inputs), inputs
+
+
+@pytest.mark.parametrize(
+    ("definition", "message"),
+    [
+        ("start: (", "Invalid Lark grammar for the custom tool"),  # llguidance cannot compile it
+        (
+            'start: item\nitem: "(" item ")" | "x"\n',
+            "This Lark grammar cannot be enforced: rule 'item' is recursive",
+        ),
+        ('start: /[a-z]+/\n%ignore " "\n', "This Lark grammar cannot be enforced: %ignore"),
+    ],
+)
+def test_a_lark_format_that_cannot_be_enforced_is_a_400(stack: Served, definition: str, message: str) -> None:
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    fmt = {"type": "grammar", "syntax": "lark", "definition": definition}
+    with pytest.raises(openai.BadRequestError) as caught:
+        c.responses.create(
+            model="m", input="CUSTOM", tools=[{"type": "custom", "name": "digits", "format": fmt}]
+        )
+    body = caught.value.body
+    assert isinstance(body, dict) and body["param"] == "tools[0].format.definition", body
+    assert body["message"].startswith(message), body
+
+
 def test_tool_choice_none_leaves_the_tools_out_of_the_prompt(stack: Served) -> None:
     """qwen3's template renders no tool preamble for an empty list, so `none` sends none: the prompt
     is the one without tools, token for token (as SGLang does)."""
@@ -349,3 +419,83 @@ def test_count_tokens_counts_the_prompt_tool_choice_none_sends(stack: Served) ->
         usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
     )
     assert none.input_tokens == bare.input_tokens == sent_tokens
+
+
+LOOSE = {"type": "object", "properties": {"command": {"type": "string"}, "cwd": {"type": "string"}}}
+
+
+def test_strict_schemas_that_break_openais_rules_are_400s_naming_the_place(stack: Served) -> None:
+    """OpenAI's strict-mode rules (`api/strict.py`), through the SDK, on every strict surface; the
+    same schemas without `strict` are served as written."""
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    bad_nested = {
+        "type": "object",
+        "properties": {
+            "opts": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+        },
+        "required": ["opts"],
+        "additionalProperties": False,
+    }
+    cases: list[tuple[Any, str, str]] = [
+        (
+            lambda: c.chat.completions.create(
+                model="m",
+                messages=messages,
+                tools=[
+                    {"type": "function", "function": {"name": "Bash", "parameters": LOOSE, "strict": True}}
+                ],
+            ),
+            "tools[0].function.parameters",
+            "Invalid schema for function 'Bash': In context=(), 'additionalProperties' is required",
+        ),
+        (
+            lambda: c.responses.create(
+                model="m",
+                input="hi",
+                tools=[{"type": "function", "name": "Bash", "parameters": bad_nested, "strict": True}],
+            ),
+            "tools[0].parameters",
+            "Invalid schema for function 'Bash': In context=('properties', 'opts'), 'additionalProperties'",
+        ),
+        (
+            lambda: c.chat.completions.create(
+                model="m",
+                messages=messages,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "out", "strict": True, "schema": {**bad_nested, "required": []}},
+                },
+            ),
+            "response_format",
+            "Invalid schema for response_format 'out': In context=(), 'required' is required to be supplied",
+        ),
+        (
+            lambda: c.responses.create(
+                model="m",
+                input="hi",
+                text={
+                    "format": {
+                        "type": "json_schema",
+                        "name": "out",
+                        "strict": True,
+                        "schema": {"type": "array"},
+                    }
+                },
+            ),
+            "text.format.schema",
+            "Invalid schema for response_format 'out': schema must be a JSON Schema of 'type: \"object\"'",
+        ),
+    ]
+    for call, param, message in cases:
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        body = caught.value.body
+        assert isinstance(body, dict) and body["type"] == "invalid_request_error", body
+        assert body["param"] == param and body["message"].startswith(message), body
+    loose = c.chat.completions.create(
+        model="m",
+        messages=messages,
+        tools=[{"type": "function", "function": {"name": "Bash", "parameters": LOOSE}}],
+    )
+    assert loose.choices[0].finish_reason in ("stop", "tool_calls")

@@ -135,19 +135,29 @@ def test_json_schema_answer(family: Served, api: str, stream: bool) -> None:
     jsonschema.validate(json.loads(text), ANSWER_SCHEMA)
 
 
+# Strict-mode conformant, as OpenAI requires of a strict schema: every property required (the
+# optional one nullable), no additional properties.
 STRICT_WEATHER = {
     "type": "object",
-    "properties": {"city": {"type": "string", "enum": ["Rome", "Oslo"]}, "days": {"type": "integer"}},
-    "required": ["city"],
+    "properties": {
+        "city": {"type": "string", "enum": ["Rome", "Oslo"]},
+        "days": {"type": ["integer", "null"]},
+    },
+    "required": ["city", "days"],
     "additionalProperties": False,
 }
+
+
+def strict_ready(schema: dict[str, Any]) -> dict[str, Any]:
+    """A flat object schema made strict-mode conformant (all properties required, none extra)."""
+    return {**schema, "required": list(schema.get("properties", {})), "additionalProperties": False}
 
 
 @APIS
 @STREAM
 def test_strict_arguments_are_obeyed(family: Served, api: str, stream: bool) -> None:
     """The script calls get_weather for Paris; the strict schema allows only Rome or Oslo."""
-    specs: Specs = (("get_weather", STRICT_WEATHER), *SPECS[1:])
+    specs: Specs = (("get_weather", STRICT_WEATHER), *((n, strict_ready(p)) for n, p in SPECS[1:]))
     tools = {"anthropic": anthropic_tools, "chat": chat_tools, "responses": responses_tools}[api](
         strict=True, tools=specs
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 from sim_scenarios import ANTHROPIC_TOOLS, QWEN3_DEFAULT, QWEN3_RULES, reusable, write_scenario
 from stack import serving
@@ -18,6 +19,7 @@ from agentserve.frontend.backend import RoutedBackend
 from agentserve.frontend.http import ApiKeys
 from agentserve.frontend.main import build_backend
 from agentserve.router.local import LocalRouter
+from agentserve.worker.constrained import grammar_engine
 from agentserve.worker.main import build_engine
 from agentserve.worker.publisher import KvEventPublisher
 from agentserve.worker.service import create_app as worker_app
@@ -129,3 +131,59 @@ def test_a_constraint_reaches_a_network_worker(
                 messages=messages, tool_choice={"type": "tool", "name": "Read"}, **request
             )
             assert [b.name for b in read.content if b.type == "tool_use"] == ["Read"]
+
+
+@pytest.mark.parametrize("transport", ["mux", "http"])
+def test_logprobs_and_logit_bias_cross_the_generate_wire(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    """Log-probabilities come back from a remote sim (mux frames or per-request frames) and a
+    logit_bias reaches its sampler: the same numbers as the in-process engine's sampling policy."""
+    monkeypatch.setenv("AGENTSERVE_WORKER_TRANSPORT", transport)
+    scenario = write_scenario(tmp_path, QWEN3_RULES, QWEN3_DEFAULT)
+    engine = build_engine(
+        WorkerConfig.model_validate({"family": "qwen3", "sim_script": scenario, "sim_speedup": 0})
+    )
+    with serving(worker_app(engine, publisher=KvEventPublisher("tcp://127.0.0.1:*"))) as (worker_url, _):
+        config = FrontendConfig.model_validate({"model": "qwen3-sim", "worker_urls": [worker_url]})
+        with serving(create_app(config, build_backend(config), keys=ApiKeys())) as (url, _):
+            wait_ready(url)
+            c = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+            messages: Any = [{"role": "user", "content": "hi"}]
+            for stream in (False, True):
+                args: dict[str, Any] = {
+                    "model": "m",
+                    "messages": messages,
+                    "logprobs": True,
+                    "top_logprobs": 2,
+                }
+                if stream:
+                    chunks = list(c.chat.completions.create(**args, stream=True))
+                    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+                    entries = [
+                        e
+                        for ch in chunks
+                        for ch_c in ch.choices
+                        if ch_c.logprobs
+                        for e in ch_c.logprobs.content or []
+                    ]
+                else:
+                    choice = c.chat.completions.create(**args).choices[0]
+                    text, entries = (
+                        choice.message.content or "",
+                        (choice.logprobs.content or []) if choice.logprobs else [],
+                    )
+                assert text and b"".join(bytes(e.bytes) for e in entries).decode() == text
+                assert all(len(e.top_logprobs) == 2 and e.logprob <= 0.0 for e in entries)
+            first = entries[0]
+            banned = c.chat.completions.create(
+                model="m",
+                messages=messages,
+                logit_bias={str(engine_token(engine, bytes(first.bytes))): -100},  # type: ignore[arg-type]
+            )
+            assert not (banned.choices[0].message.content or "").startswith(first.token)
+
+
+def engine_token(engine: Any, raw: bytes) -> int:
+    (token,) = grammar_engine(engine.tokenizer).tokenizer().tokenize_bytes(raw)
+    return int(token)

@@ -2,8 +2,10 @@
 
 Client-executed tool types are shown to the model and their calls come back in each API's own
 shape; tool errors, documents and search results reach the prompt; Anthropic context edits are
-applied and reported; Responses `truncation: auto` drops the oldest items; log-probabilities are
-refused; `nvext.agent_hints.speculative_prefill` warms the next turn's prefix.
+applied and reported; Responses `truncation: auto` drops the oldest items; log-probabilities of the
+answer come back in each API's shape and `logit_bias` moves the sim's distribution and choice; the
+Response echoes only the tools offered; `nvext.agent_hints.speculative_prefill` warms the next
+turn's prefix.
 """
 
 from __future__ import annotations
@@ -280,14 +282,93 @@ def test_chat_custom_tools_are_shown_to_the_model(stack: Served) -> None:
     assert with_tool.prompt_tokens > without.prompt_tokens + 10
 
 
+def token_id(s: Served, raw: bytes) -> int:
+    """The served tokenizer's id of one token (by its bytes, as the logprobs report them)."""
+    (token,) = s.frontend.constrainer.engine.tokenizer().tokenize_bytes(raw)
+    return int(token)
+
+
+def check_logprobs(entries: Sequence[Any], text: str, top: int) -> None:
+    """The answer's tokens: their bytes spell the answer, each a log-probability with `top`
+    alternatives, most likely first, the sampled token (the sim's greedy choice) leading them."""
+    assert entries, "no log-probabilities"
+    assert b"".join(bytes(e.bytes) for e in entries).decode() == text
+    for e in entries:
+        assert e.token == bytes(e.bytes).decode("utf-8", errors="backslashreplace")
+        assert -30.0 < e.logprob <= 0.0
+        assert len(e.top_logprobs) == top
+        if top:
+            assert (e.top_logprobs[0].token, e.top_logprobs[0].logprob) == (e.token, e.logprob)
+            values = [t.logprob for t in e.top_logprobs]
+            assert values == sorted(values, reverse=True)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_cover_the_answer(stack: Served, stream: bool) -> None:
+    c = oai(stack)
+    args: dict[str, Any] = {"model": "m", "messages": user("hi"), "logprobs": True, "top_logprobs": 3}
+    if not stream:
+        choice = c.chat.completions.create(**args).choices[0]
+        assert choice.message.content == "All done." and choice.logprobs is not None
+        entries = choice.logprobs.content or []
+    else:
+        chunks = list(c.chat.completions.create(**args, stream=True))
+        entries = [
+            e
+            for ch in chunks
+            for choice in ch.choices
+            if choice.logprobs
+            for e in choice.logprobs.content or []
+        ]
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "All done."
+    check_logprobs(entries, "All done.", 3)  # not the reasoning's tokens nor the markers'
+    plain = c.chat.completions.create(model="m", messages=user("hi"), logprobs=True)
+    assert plain.choices[0].logprobs is not None
+    check_logprobs(plain.choices[0].logprobs.content or [], "All done.", 0)
+    assert c.chat.completions.create(model="m", messages=user("hi")).choices[0].logprobs is None
+
+
+def test_chat_logit_bias_changes_the_distribution_and_the_choice(stack: Served) -> None:
+    c = oai(stack)
+    base = c.chat.completions.create(model="m", messages=user("hi"), logprobs=True, top_logprobs=2)
+    assert base.choices[0].logprobs is not None
+    first = (base.choices[0].logprobs.content or [])[0]
+    done = token_id(stack, b"Z")
+    # A small bias moves a token up the ranking without changing the choice.
+    nudged = c.chat.completions.create(
+        model="m", messages=user("hi"), logprobs=True, top_logprobs=2, logit_bias={str(done): 5}
+    )
+    assert nudged.choices[0].message.content == "All done." and nudged.choices[0].logprobs is not None
+    second = [
+        (e.top_logprobs[1].token, e.top_logprobs[1].logprob) for e in nudged.choices[0].logprobs.content or []
+    ]
+    assert {token for token, _ in second} == {"Z"}
+    assert all(lp > first.top_logprobs[1].logprob + 4 for _, lp in second)
+    # -100 bans the answer's first token: the sim takes another one there.
+    banned = c.chat.completions.create(
+        model="m",
+        messages=user("hi"),
+        logprobs=True,
+        logit_bias={str(token_id(stack, bytes(first.bytes))): -100},
+    )
+    assert banned.choices[0].message.content != "All done."
+    assert first.token not in [e.token for e in banned.choices[0].logprobs.content or []][:1]  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
-    ("field", "value"),
-    [("logprobs", True), ("top_logprobs", 3), ("logit_bias", {"50256": -100})],
+    ("fields", "param"),
+    [
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"logit_bias": {"abc": 1}}, "logit_bias"),
+        ({"logit_bias": {"1": 150}}, "logit_bias"),
+        ({"logit_bias": {"99999999": 1}}, "logit_bias"),  # not a token of the model
+    ],
 )
-def test_chat_logprobs_and_logit_bias_are_refused(stack: Served, field: str, value: Any) -> None:
+def test_chat_bad_logprobs_and_logit_bias_are_400s(stack: Served, fields: dict[str, Any], param: str) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        oai(stack).chat.completions.create(model="m", messages=user("hi"), **{field: value})
-    assert caught.value.body["param"] == field
+        oai(stack).chat.completions.create(model="m", messages=user("hi"), **fields)
+    assert caught.value.body["param"] == param
 
 
 def test_chat_a_hosted_tool_type_is_refused(stack: Served) -> None:
@@ -362,14 +443,53 @@ def test_responses_a_forced_hosted_tool_is_a_400(stack: Served) -> None:
     assert caught.value.body["param"] == "tool_choice"
 
 
-def test_responses_logprobs_are_refused(stack: Served) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_logprobs_in_output_text(stack: Served, stream: bool) -> None:
     c = oai(stack)
+    args: dict[str, Any] = {
+        "model": "m",
+        "input": "hi",
+        "include": ["message.output_text.logprobs"],
+        "top_logprobs": 2,
+    }
+    if not stream:
+        response = c.responses.create(**args)
+    else:
+        events = list(c.responses.create(**args, stream=True))
+        deltas = [e for e in events if e.type == "response.output_text.delta"]
+        check_logprobs([lp for d in deltas for lp in d.logprobs or []], "All done.", 2)
+        (done,) = [e for e in events if e.type == "response.output_text.done"]
+        check_logprobs(done.logprobs or [], "All done.", 2)
+        response = next(e for e in events if e.type == "response.completed").response
+    assert response.output_text == "All done." and response.top_logprobs == 2
+    (message,) = [item for item in response.output if item.type == "message"]
+    part = message.content[0]
+    assert part.type == "output_text"
+    check_logprobs(part.logprobs or [], "All done.", 2)
+    asked = c.responses.create(model="m", input="hi", include=["message.output_text.logprobs"])
+    (message,) = [item for item in asked.output if item.type == "message"]
+    assert message.content[0].type == "output_text"
+    check_logprobs(message.content[0].logprobs or [], "All done.", 0)
+    unasked = c.responses.create(model="m", input="hi")
+    (message,) = [item for item in unasked.output if item.type == "message"]
+    assert message.content[0].type == "output_text" and message.content[0].logprobs == []
+
+
+def test_responses_bad_top_logprobs_is_a_400(stack: Served) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        c.responses.create(model="m", input="hi", include=["message.output_text.logprobs"])
-    assert caught.value.body["param"] == "include"
-    with pytest.raises(openai.BadRequestError) as caught:
-        c.responses.create(model="m", input="hi", top_logprobs=2)
+        oai(stack).responses.create(model="m", input="hi", top_logprobs=21)
     assert caught.value.body["param"] == "top_logprobs"
+
+
+def test_responses_echo_only_the_tools_offered(stack: Served) -> None:
+    tools: list[Any] = [
+        {"type": "web_search"},
+        {"type": "file_search", "vector_store_ids": ["vs_1"]},
+        {"type": "function", "name": "Read", "parameters": {"type": "object", "properties": {}}},
+        {"type": "local_shell"},
+    ]
+    response = oai(stack).responses.create(model="m", input="hi", tools=tools)
+    assert [t.type for t in response.tools] == ["function", "local_shell"]
 
 
 def test_responses_truncation_auto_drops_the_oldest_items(stack: Served) -> None:

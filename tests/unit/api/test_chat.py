@@ -386,9 +386,20 @@ def test_decoding_details() -> None:
     assert o.response_format is not None and o.response_format.name == "x"
     assert o.reasoning.enabled is False and o.template_kwargs == {"enable_thinking": False}
     assert req.ignored == ()
-    with pytest.raises(InvalidRequestError) as logprobs:  # asked for, they cannot be given: a 400
-        decode_chat(body | {"logprobs": True})
-    assert logprobs.value.param == "logprobs"
+    assert o.logprobs is None and o.logit_bias == ()
+    asked = decode_chat(body | {"logprobs": True, "top_logprobs": 3, "logit_bias": {"17": -100, "5": 2.5}})
+    assert (asked.options.logprobs, asked.options.logit_bias) == (3, ((17, -100.0), (5, 2.5)))
+    assert decode_chat(body | {"logprobs": True}).options.logprobs == 0
+    for bad, param in (
+        ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true (OpenAI's 400)
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"logit_bias": {"x": 1}}, "logit_bias"),
+        ({"logit_bias": {"3": 101}}, "logit_bias"),
+        ({"logit_bias": {"3": True}}, "logit_bias"),
+    ):
+        with pytest.raises(InvalidRequestError) as refused:
+            decode_chat(body | bad)
+        assert refused.value.param == param, bad
     # OpenAI: `required` without tools is a 400 naming tool_choice (nothing could satisfy it).
     with pytest.raises(InvalidRequestError) as required:
         decode_chat({"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})

@@ -25,6 +25,7 @@ def test_the_smoke_script_has_every_check_and_needs_a_model() -> None:
         "gauges",
         "cached",
         "retention",
+        "logprobs",
         "profile",
         "multinode",
         "kill",

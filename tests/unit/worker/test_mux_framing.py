@@ -108,3 +108,22 @@ def test_steps_messages_carry_many_streams_and_reject_ragged_lists() -> None:
         mux.WorkerMessageDecoder().feed(msgpack.packb([4, [-1], [[7]], ["a"]]))  # negative sid
     with pytest.raises(WireError):
         mux.WorkerMessageDecoder().feed(msgpack.packb([4, [1], [[7]], [b"a"]]))  # text not a str
+
+
+def test_steps_with_logprobs_go_as_frames_and_merge() -> None:
+    from agentserve.worker.client import merge_steps
+    from agentserve.worker.engine import Step, TokenLogprob
+    from agentserve.worker.wire import frame_to_step
+
+    first = Step([7], "a", logprobs=[TokenLogprob(7, -0.25, ((7, -0.25),))])
+    second = Step([8], "b", logprobs=[TokenLogprob(8, 0.0)])
+    assert not mux.plain(first)
+    out = mux.WorkerMessageDecoder().feed(mux.encode_step(2, first) + mux.encode_step(2, second))
+    steps = [frame_to_step(frame) for _, frame in out]  # type: ignore[misc]
+    assert steps == [first, second]
+    merged = merge_steps(steps)
+    assert (merged.token_ids, merged.text, merged.logprobs) == (
+        [7, 8],
+        "ab",
+        [*first.logprobs, *second.logprobs],
+    )  # type: ignore[misc]

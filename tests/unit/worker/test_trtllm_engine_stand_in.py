@@ -8,6 +8,7 @@ import json
 import sys
 import types
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,9 +36,19 @@ class Completion:
     def __init__(self) -> None:
         self.token_ids: list[int] = []
         self.token_ids_diff: list[int] = []
+        self.logprobs: list[dict[int, FakeLogprob]] = []  # the whole output's (result.py `logprobs`)
         self.text_diff = ""
         self.finish_reason: str | None = None
         self.stop_reason: int | None = None
+
+
+@dataclass(slots=True)
+class FakeLogprob:
+    """executor/result.py `Logprob`: a dataclass (logprob, rank); `TokenLogprobs` is one
+    `dict[token id, Logprob]` per output token, the sampled token among the entries."""
+
+    logprob: float
+    rank: int | None = None
 
 
 def _text(ids: list[int]) -> str:
@@ -109,6 +120,10 @@ class Result:
                     c.token_ids_diff = c.token_ids[before:]
                     decode = self.llm.decode
                     c.text_diff = decode(c.token_ids)[len(decode(c.token_ids[:before])) :]
+                    if self.kwargs.get("logprobs"):  # the sampled token (rank 2) and a likelier one
+                        c.logprobs = [
+                            {t + 1: FakeLogprob(-0.5, 1), t: FakeLogprob(-1.25, 2)} for t in c.token_ids
+                        ]
                 self.finished = c.finish_reason is not None
                 yield self
         finally:
@@ -338,7 +353,9 @@ async def test_adapter_streams_reports_cache_hits_aborts_and_translates_events(s
 async def _started(**settings: Any) -> tuple[Any, FakeLLM]:
     from agentserve.worker.engines.trtllm import TrtLlmEngine
 
-    engine = TrtLlmEngine(WorkerConfig(engine="trtllm", model_path="/m", block_size=BS, **settings))
+    engine = TrtLlmEngine(
+        WorkerConfig(**{"engine": "trtllm", "model_path": "/m", "block_size": BS, **settings})
+    )
     await engine.start()
     return engine, FakeLLM.instances[-1]
 
@@ -536,4 +553,36 @@ async def test_a_constraint_becomes_guided_decoding_params(stand_in: None) -> No
     assert "guided_decoding_backend" not in llm.kwargs
     with pytest.raises(InvalidRequestError, match="no guided_decoding_backend"):
         engine.generate(GenerateRequest("n", [1, 2], params, constraint=constraint))
+    await engine.stop()
+
+
+async def test_logprobs_and_logit_bias_reach_tensorrt_llm(stand_in: None, tmp_path: Path) -> None:
+    from agentserve.worker.engine import InvalidRequestError, TokenLogprob
+
+    engine, llm = await _started(max_batch_size=4)
+    params = SamplingParams(max_tokens=3, logprobs=1)
+    steps = [s async for s in engine.generate(GenerateRequest("l", [1, 2], params))]
+    assert llm.results[-1].kwargs["logprobs"] == 1
+    got = [e for s in steps for e in s.logprobs or ()]
+    ids = [t for s in steps for t in s.token_ids]
+    assert got == [TokenLogprob(t, -1.25, ((t + 1, -0.5),)) for t in ids]  # alternatives by rank
+    zero = [
+        s
+        async for s in engine.generate(GenerateRequest("z", [1, 2], SamplingParams(max_tokens=2, logprobs=0)))
+    ]
+    assert llm.results[-1].kwargs["logprobs"] == 1  # TensorRT-LLM reads 0 as none
+    assert all(e.top == () for s in zero for e in s.logprobs or ())
+    [s async for s in engine.generate(GenerateRequest("n", [1, 2], SamplingParams(max_tokens=2)))]
+    assert "logprobs" not in llm.results[-1].kwargs
+    bias = SamplingParams(max_tokens=2, logit_bias=((3, -100.0),))
+    with pytest.raises(InvalidRequestError, match="vocabulary size is unknown"):  # /m has no config.json
+        engine.generate(GenerateRequest("b", [1, 2], bias))
+    await engine.stop()
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 6}}))
+    engine, llm = await _started(max_batch_size=4, model_path=str(tmp_path))
+    engine._tensor = list  # the FP32 tensor, as a list (no torch here)
+    [s async for s in engine.generate(GenerateRequest("b", [1, 2], bias))]
+    assert llm.results[-1].kwargs["embedding_bias"] == [0.0, 0.0, 0.0, -100.0, 0.0, 0.0]
+    with pytest.raises(InvalidRequestError, match="outside the vocabulary"):
+        engine.generate(GenerateRequest("c", [1, 2], SamplingParams(max_tokens=2, logit_bias=((6, 1.0),))))
     await engine.stop()

@@ -11,19 +11,24 @@ import pytest
 
 from agentserve.config import ConfigError, WorkerConfig
 from agentserve.prompt.hashing import block_hashes
-from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, SamplingParams
+from agentserve.worker.engine import AllCleared, BlockRemoved, BlockStored, SamplingParams, TokenLogprob
 from agentserve.worker.engines.trtllm_mapping import (
     DEFAULT_EVENT_BUFFER_MAX_SIZE,
+    LOGPROB_FLOOR,
     KvEventTranslator,
     MissingFieldError,
     cached_tokens_of,
     deep_merge,
+    embedding_bias,
     finish_reason,
     llm_kwargs,
     load_extra_options,
     load_from_stats,
     make_step,
+    model_vocab_size,
     sampling_kwargs,
+    step_logprobs,
+    token_logprobs,
 )
 
 BS = 4
@@ -289,3 +294,54 @@ def test_interleaved_attention_windows_are_not_a_gap() -> None:
             {"event_id": event_id, "data": {"type": "removed", "block_hashes": []}, "window_size": window}
         )
     assert tr.engine_gaps == 0
+
+
+def test_logprobs_map_to_tensorrt_llm_and_back() -> None:
+    """`SamplingParams.logprobs` (0 reads as none in `_validate`: the sampled token alone is 1);
+    `CompletionOutput.logprobs_diff` as `TokenLogprobs` (one `dict[int, Logprob]` per token, the
+    sampled token among the entries; here dicts, as a postprocess worker serialises them) or bare
+    floats (the older flow); alternatives by rank, the floor for a sampled token left out."""
+    assert sampling_kwargs(SamplingParams(max_tokens=1, logprobs=0))["logprobs"] == 1
+    assert sampling_kwargs(SamplingParams(max_tokens=1, logprobs=5))["logprobs"] == 5
+    assert "logprobs" not in sampling_kwargs(SamplingParams(max_tokens=1))
+    recorded = [
+        {"791": {"logprob": -0.0213, "rank": 1}, "578": {"logprob": -3.96, "rank": 2}},
+        {"1917": {"logprob": -1.52, "rank": 2}, "2134": {"logprob": -0.31, "rank": 1}},
+        {"13": {"logprob": -0.9, "rank": 1}},  # the sampled token fell out of the top
+    ]
+    entries = [{int(t): v for t, v in d.items()} for d in recorded]
+    got = token_logprobs([791, 1917, 11], entries, 2)
+    assert got == [
+        TokenLogprob(791, -0.0213, ((791, -0.0213), (578, -3.96))),
+        TokenLogprob(1917, -1.52, ((2134, -0.31), (1917, -1.52))),
+        TokenLogprob(11, LOGPROB_FLOOR, ((13, -0.9),)),
+    ]
+    assert token_logprobs([5], [{5: {"logprob": float("-inf"), "rank": 1}}], 0) == [
+        TokenLogprob(5, LOGPROB_FLOOR)
+    ]
+    assert token_logprobs([5, 6], [-0.5, -0.25], 3) == [TokenLogprob(5, -0.5), TokenLogprob(6, -0.25)]
+    with pytest.raises(MissingFieldError):
+        token_logprobs([5, 6], [-0.5], 0)
+
+
+def test_logit_bias_becomes_an_embedding_bias_over_the_vocabulary() -> None:
+    assert model_vocab_size({"vocab_size": 151936}) == 151936
+    assert model_vocab_size({"architectures": ["X"], "text_config": {"vocab_size": 262208}}) == 262208
+    assert model_vocab_size({"llm_config": {"vocab_size": 92553}}) == 92553
+    assert model_vocab_size({"hidden_size": 4}) is None
+    assert embedding_bias([(1, -100.0), (3, 2.5)], 5) == [0.0, -100.0, 0.0, 2.5, 0.0]
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        embedding_bias([(5, 1.0)], 5)
+    with pytest.raises(ValueError, match="unknown"):
+        embedding_bias([(1, 1.0)], None)
+
+
+def test_a_steps_logprobs_are_taken_by_token_position() -> None:
+    """The whole output's list (sliced at the new tokens), or the new tokens' alone; a trimmed stop
+    token's trailing entry is ignored; anything else is a format change and fails loudly."""
+    full = [-0.1, -0.2, -0.3, -0.4]
+    assert step_logprobs([5, 6, 7], [7], full[:3], 0) == [TokenLogprob(7, -0.3)]
+    assert step_logprobs([5, 6, 7], [6, 7], full, 0) == [TokenLogprob(6, -0.2), TokenLogprob(7, -0.3)]
+    assert step_logprobs([5, 6, 7], [7], [-0.9], 0) == [TokenLogprob(7, -0.9)]
+    with pytest.raises(MissingFieldError):
+        step_logprobs([5, 6, 7], [6, 7], [-0.1], 0)

@@ -17,6 +17,7 @@ from agentserve.worker.engine import (
     Hints,
     SamplingParams,
     Step,
+    TokenLogprob,
 )
 from agentserve.worker.kvwire import GapDetector, KvWireError, decode_batch, encode_batch, peek_range
 from agentserve.worker.wire import (
@@ -236,3 +237,29 @@ def test_a_constraint_crosses_the_wire() -> None:
     ):
         with pytest.raises(WireError, match=message):
             decode_request(base | {"constraint": bad})
+
+
+def test_logprobs_and_logit_bias_cross_the_wire() -> None:
+    sampling = SamplingParams(max_tokens=9, logprobs=3, logit_bias=((17, -100.0), (5, 2.5)))
+    body = encode_request(GenerateRequest("r", [1, 2], sampling))
+    for raw in (json.loads(json.dumps(body)), msgpack.unpackb(msgpack.packb(body))):
+        assert decode_request(raw).sampling == sampling
+    assert decode_request(encode_request(GenerateRequest("r", [1]))).sampling.logprobs is None
+    base = {"token_ids": [1], "sampling": {"max_tokens": 1}}
+    for bad in (
+        {"logprobs": 21},
+        {"logprobs": True},
+        {"logit_bias": {"5": 1}},
+        {"logit_bias": [[5]]},
+        {"logit_bias": [[-1, 1.0]]},
+        {"logit_bias": [[5, 101]]},
+    ):
+        with pytest.raises(WireError, match=r"logprobs|logit_bias"):
+            decode_request(base | {"sampling": {"max_tokens": 1, **bad}})
+    step = Step([4, 9], "ab", logprobs=[TokenLogprob(4, -0.5, ((4, -0.5), (3, -2.0))), TokenLogprob(9, 0.0)])
+    for framing in FRAMINGS:
+        (frame,) = frame_decoder(framing).feed(encode_frame(framing, step_to_frame(step)))  # type: ignore[arg-type]
+        assert frame_to_step(frame) == step
+    assert "logprobs" not in step_to_frame(Step([4], "a"))
+    with pytest.raises(WireError):
+        frame_to_step({"token_ids": [4], "text": "a", "logprobs": [[4, "x", []]]})

@@ -25,6 +25,7 @@ from agentserve.api._check import (
     wrong_type,
 )
 from agentserve.api._common import parse_data_url
+from agentserve.api.custom_format import CUSTOM_INPUT, SYNTAXES, custom_input_schema
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.memory import CallMemory, restore_history
 from agentserve.api.nvext import parse_nvext
@@ -36,7 +37,8 @@ from agentserve.api.options import (
     ToolChoice,
 )
 from agentserve.api.request import DecodedRequest
-from agentserve.api.responses.common import CUSTOM_INPUT, custom_tool_parameters
+from agentserve.api.responses.common import custom_tool_parameters
+from agentserve.api.strict import check_strict_format, check_strict_function
 from agentserve.conversation import (
     Conversation,
     Image,
@@ -222,6 +224,8 @@ class _Decoder:
             parameters = check_depth(opt_dict(function, "parameters", path), at(path, "parameters"))
             object_schema(parameters, at(path, "parameters"))
             strict = bool(opt_bool(function, "strict", path))
+            if strict:  # OpenAI's strict-mode rules, before anything is built from the schema
+                check_strict_function(parameters, name, at(path, "parameters"))
             specs.append(
                 ToolSpec(name, opt_str(function, "description", path) or "", parameters or {}, strict)
             )
@@ -260,27 +264,46 @@ class _Decoder:
         if name in seen:
             raise InvalidRequestError(f"tool names must be unique: {name!r}", param=at(path, "name"))
         seen.add(name)
-        fmt = opt_dict(tool, "format", path)
-        if fmt is not None and fmt.get("type") != "text":
-            # A grammar format would have to hold on the input; only Responses enforces one (regex).
-            raise InvalidRequestError(
-                "custom tool formats other than {type: text} are not supported on Chat Completions",
-                param=at(path, "format"),
-            )
-        specs.append(ToolSpec(name, opt_str(tool, "description", path) or "", custom_tool_parameters()))
+        enforce = _custom_format(opt_dict(tool, "format", path), at(path, "format"))
+        description = opt_str(tool, "description", path) or ""
+        specs.append(ToolSpec(name, description, custom_tool_parameters(), enforce=enforce))
         self.custom_tools.add(name)
 
 
-def _refuse_logprobs(b: dict[str, Any]) -> None:
-    """Log-probabilities and logit bias: no engine path carries them, so asking is a 400."""
-    if opt_bool(b, "logprobs", ""):
-        raise InvalidRequestError("logprobs are not supported by this server", param="logprobs")
-    if b.get("top_logprobs") is not None:
-        opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
-        raise InvalidRequestError("top_logprobs are not supported by this server", param="top_logprobs")
-    bias = opt_dict(b, "logit_bias", "")
-    if bias:
-        raise InvalidRequestError("logit_bias is not supported by this server", param="logit_bias")
+def _custom_format(value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+    """A custom tool's `format`: `{type: text}` (free input), or `{type: grammar, grammar: {syntax,
+    definition}}` enforced on the input (`api/custom_format.py`)."""
+    if value is None:
+        return None
+    kind = one_of(req_str(value, "type", path), ("text", "grammar"), at(path, "type"))
+    if kind == "text":
+        return None
+    gpath = at(path, "grammar")
+    grammar = expect_dict(value.get("grammar"), gpath)
+    syntax = one_of(req_str(grammar, "syntax", gpath), SYNTAXES, at(gpath, "syntax"))
+    return custom_input_schema(syntax, req_str(grammar, "definition", gpath), at(gpath, "definition"))
+
+
+def _logprobs(b: dict[str, Any]) -> tuple[int | None, tuple[tuple[int, float], ...]]:
+    """`logprobs` / `top_logprobs` → alternatives per token (None: no log-probabilities), and
+    `logit_bias` as (token id, bias) pairs, checked as OpenAI checks them."""
+    wanted = bool(opt_bool(b, "logprobs", ""))
+    top = opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
+    if top is not None and not wanted:
+        raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
+    bias = opt_dict(b, "logit_bias", "") or {}
+    if len(bias) > 300:
+        raise InvalidRequestError("logit_bias may hold at most 300 tokens", param="logit_bias")
+    pairs: list[tuple[int, float]] = []
+    for key, value in bias.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
+            raise InvalidRequestError(f"Invalid key in 'logit_bias': {key}.", param="logit_bias")
+        if type(value) not in (int, float) or not -100 <= value <= 100:
+            raise InvalidRequestError(
+                f"Invalid value for 'logit_bias' token {key}: a number in -100..100.", param="logit_bias"
+            )
+        pairs.append((int(key), float(value)))
+    return (top or 0) if wanted else None, tuple(pairs)
 
 
 def _tool_choice(b: dict[str, Any]) -> ToolChoice:
@@ -326,7 +349,7 @@ def _response_format(b: dict[str, Any]) -> ResponseFormat | None:
     )
     if kind == "json_schema":
         spec = expect_dict(value.get("json_schema"), "response_format.json_schema")
-        return ResponseFormat(
+        fmt = ResponseFormat(
             "json_schema",
             check_depth(
                 opt_dict(spec, "schema", "response_format.json_schema"), "response_format.json_schema.schema"
@@ -334,6 +357,9 @@ def _response_format(b: dict[str, Any]) -> ResponseFormat | None:
             opt_str(spec, "name", "response_format.json_schema"),
             opt_bool(spec, "strict", "response_format.json_schema"),
         )
+        if fmt.strict:
+            check_strict_format(fmt.schema, fmt.name, "response_format")
+        return fmt
     return ResponseFormat(kind)  # type: ignore[arg-type]
 
 
@@ -405,7 +431,7 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
     top_k = opt_int(b, "top_k", "", minimum=-1)
     seed = opt_int(b, "seed", "")
     nvext = parse_nvext(b.get("nvext"))
-    _refuse_logprobs(b)
+    logprobs, logit_bias = _logprobs(b)
     for key in b:
         if (key not in _KNOWN_FIELDS or key in _IGNORED_FIELDS) and b[key] is not None:
             d.ignored.append(key)
@@ -426,6 +452,8 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
         response_format=_response_format(b),
         include_usage=include_usage,
         template_kwargs=kwargs,
+        logprobs=logprobs,
+        logit_bias=logit_bias,
     )
     opt_str(b, "user", "")
     openai_metadata(opt_dict(b, "metadata", ""), "metadata")  # OpenAI's limits; not used otherwise

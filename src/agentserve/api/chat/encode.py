@@ -9,6 +9,7 @@ from typing import Any
 from agentserve.api._common import finish_error
 from agentserve.api.errors import ApiError, InternalError
 from agentserve.api.ids import new_id
+from agentserve.api.logprobs import tokens_json
 from agentserve.api.responses.common import custom_input
 from agentserve.api.sse import DONE, PING_COMMENT, dumps, quote
 from agentserve.api.sse import event as sse_event
@@ -128,12 +129,14 @@ class ChatStreamEncoder:
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         return self._raw_chunk(dumps(delta), "null" if finish is None else dumps(finish))
 
-    def _raw_chunk(self, delta_json: str, finish_json: str = "null") -> bytes:
+    def _raw_chunk(self, delta_json: str, finish_json: str = "null", logprobs_json: str = "null") -> bytes:
         return (
             self._envelope
             + '"choices":[{"index":0,"delta":'
             + delta_json
-            + ',"logprobs":null,"finish_reason":'
+            + ',"logprobs":'
+            + logprobs_json
+            + ',"finish_reason":'
             + finish_json
             + "}]}\n\n"
         ).encode()
@@ -154,9 +157,12 @@ class ChatStreamEncoder:
             return b""
         out = b"" if self._started else self.start()
         match event:  # the deltas first: they are nearly every event
-            case TextDelta(text):
+            case TextDelta(text, logprobs):
                 self._in_reasoning = False
-                return out + self._raw_chunk('{"content":' + quote(text) + "}")
+                if logprobs is None:
+                    return out + self._raw_chunk('{"content":' + quote(text) + "}")
+                lps = dumps({"content": tokens_json(logprobs), "refusal": None})
+                return out + self._raw_chunk('{"content":' + quote(text) + "}", logprobs_json=lps)
             case ReasoningDelta(text):
                 if not self._in_reasoning:
                     if self._reasoned:
@@ -258,8 +264,10 @@ def build_chat_completion(
     completion_id: str | None = None,
     created: int | None = None,
     custom_tools: frozenset[str] = frozenset(),
+    logprobs: bool = False,
 ) -> dict[str, Any]:
-    """The non-streaming response for a finished turn. Raises ApiError if generation failed."""
+    """The non-streaming response for a finished turn (`logprobs`: the request asked for the
+    answer's log-probabilities). Raises ApiError if generation failed."""
     turn = events if isinstance(events, TurnAccumulator) else TurnAccumulator().feed_all(list(events))
     finish = turn.finish or Finish("stop")
     error = finish_error(finish)
@@ -298,7 +306,11 @@ def build_chat_completion(
             {
                 "index": 0,
                 "message": message,
-                "logprobs": None,
+                "logprobs": (
+                    {"content": [e for lp in turn.text_logprobs for e in tokens_json(lp)], "refusal": None}
+                    if logprobs
+                    else None
+                ),
                 "finish_reason": finish_reason(finish, len(calls)),
             }
         ],

@@ -28,7 +28,8 @@ becomes a message with its raw text, or (live) `response.failed`. Length with no
 (`context_length_exceeded`, `rate_limit_exceeded`, else `server_error`).
 """
 
-from agentserve.api.responses.common import CUSTOM_INPUT, ResponseStore, custom_input, custom_tool_parameters
+from agentserve.api.custom_format import CUSTOM_INPUT
+from agentserve.api.responses.common import ResponseStore, custom_input, custom_tool_parameters
 from agentserve.api.responses.decode import decode_responses
 from agentserve.api.responses.encode import (
     ResponsesStreamEncoder,

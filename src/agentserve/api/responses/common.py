@@ -6,10 +6,9 @@ import json
 from collections import OrderedDict
 from typing import Any
 
+from agentserve.api.custom_format import CUSTOM_INPUT
 from agentserve.api.request import ResponsesRequest
 from agentserve.conversation import Message, Text
-
-CUSTOM_INPUT = "input"  # the one argument of a freeform tool offered as a function
 
 
 def custom_tool_parameters(description: str = "") -> dict[str, Any]:

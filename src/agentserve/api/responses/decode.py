@@ -28,13 +28,15 @@ from agentserve.api._check import (
 )
 from agentserve.api._common import parse_data_url
 from agentserve.api.client_tools import RESPONSES_CLIENT_TOOLS, responses_client_tool
+from agentserve.api.custom_format import CUSTOM_INPUT, SYNTAXES, custom_input_schema
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.identity import BodyIdentity
 from agentserve.api.nvext import is_valid_id, parse_nvext
 from agentserve.api.options import GenerationOptions, ReasoningOptions, ResponseFormat, ToolChoice
 from agentserve.api.request import ResponsesRequest, ResponsesTool
-from agentserve.api.responses.common import CUSTOM_INPUT, ResponseStore, custom_tool_parameters
+from agentserve.api.responses.common import ResponseStore, custom_tool_parameters
 from agentserve.api.signing import Signer
+from agentserve.api.strict import check_strict_format, check_strict_function
 from agentserve.conversation import (
     Conversation,
     Image,
@@ -289,11 +291,32 @@ class _Decoder:
                 parameters = parameters or {"type": "object", "properties": {}}
                 # Enforced when the request says `strict: true` (an absent flag is not enforced).
                 strict = opt_bool(tool, "strict", tpath) is True
+                if strict:  # OpenAI's strict-mode rules
+                    check_strict_function(opt_dict(tool, "parameters", tpath), name, at(tpath, "parameters"))
             else:
                 parameters = custom_tool_parameters()
-                enforce = _custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"), self.ignored)
+                enforce = _custom_format(opt_dict(tool, "format", tpath), at(tpath, "format"))
             self.tools.append(ToolSpec(name, description, parameters, strict, enforce))
             self.tool_kinds[name] = ResponsesTool(kind, namespace)  # type: ignore[arg-type]
+
+
+_APPLIED_TOOL_TYPES = frozenset({"function", "custom", *RESPONSES_CLIENT_TOOLS})
+
+
+def applied_tools(tools: Any) -> list[Any]:
+    """The `tools` the Response echoes: those offered to the model (functions, custom and client
+    tools, namespaces of them). Hosted tools (web_search, file_search, …) are not offered, so they
+    are not echoed as if they were; a namespace left with no tool is dropped."""
+    out: list[Any] = []
+    for tool in tools if isinstance(tools, list) else ():
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "namespace":
+            inner = applied_tools(tool.get("tools") or [])
+            if inner:
+                out.append({**tool, "tools": inner})
+        elif kind in _APPLIED_TOOL_TYPES:
+            out.append(tool)
+    return out
 
 
 def _shell_output(items: list[Any], path: str) -> str:
@@ -316,28 +339,16 @@ def _shell_output(items: list[Any], path: str) -> str:
     return "\n\n".join(parts)
 
 
-def _custom_format(value: dict[str, Any] | None, path: str, ignored: list[str]) -> dict[str, Any] | None:
-    """A custom tool's `format`: `text` (free input), or a `grammar` whose `regex` definition the
-    constraint enforces on the input; a `lark` definition is accepted and not enforced (the input is
-    a JSON string inside the family's call syntax, where a Lark grammar cannot be applied)."""
+def _custom_format(value: dict[str, Any] | None, path: str) -> dict[str, Any] | None:
+    """A custom tool's `format`: `text` (free input), or a `grammar` (`regex` or `lark`) the
+    constraint enforces on the input (`api/custom_format.py`)."""
     if value is None:
         return None
     kind = one_of(req_str(value, "type", path), ("text", "grammar"), at(path, "type"))
     if kind == "text":
         return None
-    syntax = one_of(req_str(value, "syntax", path), ("lark", "regex"), at(path, "syntax"))
-    definition = req_str(value, "definition", path)
-    if syntax == "lark":
-        ignored.append(at(path, "definition"))
-        return None
-    # The whole input matches (a JSON Schema `pattern` alone matches anywhere in the string).
-    anchored = f"^(?:{definition})$"
-    return {
-        "type": "object",
-        "properties": {CUSTOM_INPUT: {"type": "string", "pattern": anchored}},
-        "required": [CUSTOM_INPUT],
-        "additionalProperties": False,
-    }
+    syntax = one_of(req_str(value, "syntax", path), SYNTAXES, at(path, "syntax"))
+    return custom_input_schema(syntax, req_str(value, "definition", path), at(path, "definition"))
 
 
 def _tool_choice(value: Any) -> ToolChoice:
@@ -391,6 +402,8 @@ def _text(value: Any) -> tuple[str | None, ResponseFormat | None]:
                 opt_str(raw, "name", "text.format"),
                 opt_bool(raw, "strict", "text.format"),
             )
+            if fmt.strict:
+                check_strict_format(fmt.schema, fmt.name, "text.format.schema")
         elif kind == "json_object":
             fmt = ResponseFormat("json_object")
     return verbosity, fmt
@@ -441,14 +454,10 @@ def decode_responses(
         one_of(summary, _SUMMARIES, "reasoning.summary")
     verbosity, fmt = _text(b.get("text"))
     include = str_list(b["include"], "include") if b.get("include") is not None else ()
-    if _INCLUDE_LOGPROBS in include:
-        raise InvalidRequestError(
-            f"include {_INCLUDE_LOGPROBS!r} is not supported: no log-probabilities are produced",
-            param="include",
-        )
-    if b.get("top_logprobs") is not None:
-        opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
-        raise InvalidRequestError("top_logprobs are not supported by this server", param="top_logprobs")
+    # Log-probabilities of the output text: asked for by the include value, or by `top_logprobs`
+    # (alternatives per token; what OpenAI returns in `output_text.logprobs` with either).
+    top_logprobs = opt_int(b, "top_logprobs", "", minimum=0, maximum=20)
+    logprobs = top_logprobs if top_logprobs is not None else (0 if _INCLUDE_LOGPROBS in include else None)
     cache_key = opt_str(b, "prompt_cache_key", "")
     if cache_key is not None and len(cache_key) > 1024:
         raise InvalidRequestError("must be at most 1024 characters", param="prompt_cache_key")
@@ -493,6 +502,7 @@ def decode_responses(
         reasoning=ReasoningOptions(effort=effort, summary=summary),
         response_format=fmt,
         verbosity=verbosity,
+        logprobs=logprobs,
     )
     text_echo: dict[str, Any] = {"format": {"type": "text"}, "verbosity": verbosity or "medium"}
     if fmt is not None:
@@ -507,7 +517,8 @@ def decode_responses(
         "temperature": options.temperature,
         "text": text_echo,
         "tool_choice": b.get("tool_choice") if b.get("tool_choice") is not None else "auto",
-        "tools": b.get("tools") or [],
+        "tools": applied_tools(b.get("tools") or []),
+        "top_logprobs": top_logprobs,
         "top_p": options.top_p,
         "truncation": truncation or "disabled",
         "metadata": metadata or {},

@@ -11,10 +11,11 @@ from typing import Any
 from agentserve.api._common import finish_error
 from agentserve.api.errors import ApiError, InternalError
 from agentserve.api.ids import is_safe_id, new_id
+from agentserve.api.logprobs import tokens_json
 from agentserve.api.request import ResponsesRequest, ResponsesTool
 from agentserve.api.responses.common import custom_input
 from agentserve.api.signing import Signer
-from agentserve.api.sse import PING_COMMENT, quote
+from agentserve.api.sse import PING_COMMENT, dumps, quote
 from agentserve.api.sse import event as sse_event
 from agentserve.api.turn import FailedCall, TurnAccumulator
 from agentserve.conversation import (
@@ -25,6 +26,7 @@ from agentserve.conversation import (
     ReasoningEnd,
     Text,
     TextDelta,
+    TokenProb,
     ToolCall,
     ToolCallArgsDelta,
     ToolCallEnd,
@@ -122,17 +124,19 @@ class _Items:
         return item
 
     @staticmethod
-    def output_text(text: str) -> dict[str, Any]:
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    def output_text(text: str, logprobs: Iterable[TokenProb] | None = None) -> dict[str, Any]:
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": tokens_json(logprobs)}
 
-    def message(self, item_id: str, text: str | None) -> dict[str, Any]:
+    def message(
+        self, item_id: str, text: str | None, logprobs: Iterable[TokenProb] | None = None
+    ) -> dict[str, Any]:
         done = text is not None
         return {
             "type": "message",
             "id": item_id,
             "status": "completed" if done else "in_progress",
             "role": "assistant",
-            "content": [self.output_text(text)] if text is not None else [],
+            "content": [self.output_text(text, logprobs)] if text is not None else [],
         }
 
     def call(self, call_id: str, name: str, arguments: str | None) -> dict[str, Any]:
@@ -205,6 +209,7 @@ class ResponsesStreamEncoder:
         self._open: str | None = None  # "reasoning" | "message" | "call" (live)
         self._open_id = ""
         self._text: list[str] = []
+        self._logprobs: list[TokenProb] = []  # the open message's answer tokens
         self._call: tuple[str, str, list[str]] | None = None
         self._dispatched = 0
         self._started = False
@@ -278,13 +283,14 @@ class ResponsesStreamEncoder:
 
     def _open_message(self) -> bytes:
         self._open, self._open_id, self._text = "message", new_id("msg_"), []
+        self._logprobs = []
         out = self._event(
             "response.output_item.added",
             {"output_index": self._index, "item": self._items.message(self._open_id, None)},
         )
         return out + self._event(
             "response.content_part.added",
-            {**self._where(), "content_index": 0, "part": {**self._items.output_text(""), "logprobs": []}},
+            {**self._where(), "content_index": 0, "part": self._items.output_text("")},
         )
 
     def _close(self) -> bytes:
@@ -307,14 +313,16 @@ class ResponsesStreamEncoder:
                 )
             item = self._items.reasoning(self._open_id, text)
         else:
+            lps = self._logprobs
             out = self._event(
-                "response.output_text.done", {**where, "content_index": 0, "text": text, "logprobs": []}
+                "response.output_text.done",
+                {**where, "content_index": 0, "text": text, "logprobs": tokens_json(lps)},
             )
             out += self._event(
                 "response.content_part.done",
-                {**where, "content_index": 0, "part": self._items.output_text(text)},
+                {**where, "content_index": 0, "part": self._items.output_text(text, lps)},
             )
-            item = self._items.message(self._open_id, text)
+            item = self._items.message(self._open_id, text, lps)
         out += self._event("response.output_item.done", {"output_index": self._index, "item": item})
         self._output.append(item)
         return out
@@ -377,13 +385,17 @@ class ResponsesStreamEncoder:
     def _feed(self, event: OutputEvent) -> bytes:
         out = b"" if self._started else self.start()
         match event:  # the deltas first: they are nearly every event
-            case TextDelta(text):
+            case TextDelta(text, logprobs):
                 if self._open != "message":
                     out += self._close() + self._open_message()
                 self._text.append(text)
-                return out + self._delta(
-                    "response.output_text.delta", ',"content_index":0', text, ',"logprobs":[]'
-                )
+                if logprobs is None:
+                    return out + self._delta(
+                        "response.output_text.delta", ',"content_index":0', text, ',"logprobs":[]'
+                    )
+                self._logprobs += logprobs
+                lps = ',"logprobs":' + dumps(tokens_json(logprobs))
+                return out + self._delta("response.output_text.delta", ',"content_index":0', text, lps)
             case ReasoningDelta(text):
                 if self._open != "reasoning":
                     out += self._close() + self._open_reasoning()
@@ -488,11 +500,12 @@ def build_response(
     items = _Items(request, signer)
     output: list[dict[str, Any]] = []
     dispatched = 0
+    texts = iter(turn.text_logprobs)  # one per Text item, in order
     for item in turn.items:
         if isinstance(item, Reasoning):
             output.append(items.reasoning(new_id("rs_"), item.text))
         elif isinstance(item, Text):
-            output.append(items.message(new_id("msg_"), item.text))
+            output.append(items.message(new_id("msg_"), item.text, next(texts, None)))
         elif isinstance(item, FailedCall):
             if item.raw:
                 output.append(items.message(new_id("msg_"), item.raw))

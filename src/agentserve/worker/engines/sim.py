@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from agentserve.conversation import FinishReason, Usage
-from agentserve.worker.constrained import constrained_plan
+from agentserve.worker.constrained import constrained_plan, constrained_sample, vocab_size
 from agentserve.worker.engine import (
     DuplicateRequestError,
     EngineNotReadyError,
@@ -34,11 +34,13 @@ from agentserve.worker.engine import (
     Load,
     SamplingParams,
     Step,
+    TokenLogprob,
 )
 from agentserve.worker.events import EventHub
 from agentserve.worker.kvpool import KvPool
 from agentserve.worker.outputs import EchoPolicy, OutputPolicy, context_for, hints_complete
 from agentserve.worker.profiles import default_timing
+from agentserve.worker.sampling import sample_plan
 from agentserve.worker.scheduler import Scheduler, SchedulerConfig, SimSequence, StepOutcome
 from agentserve.worker.timing import TimingModel
 from agentserve.worker.tokenizer import ByteTokenizer, Tokenizer, token_pieces
@@ -77,17 +79,27 @@ class _SimStream:
         "_finish",
         "_ids",
         "_listener",
+        "_lps",
         "_texts",
         "_usage",
         "_waiter",
+        "logprobs",
         "pieces",
         "request_id",
     )
 
-    def __init__(self, engine: SimEngine, request_id: str, pieces: Sequence[str]) -> None:
+    def __init__(
+        self,
+        engine: SimEngine,
+        request_id: str,
+        pieces: Sequence[str],
+        logprobs: Sequence[TokenLogprob] | None = None,
+    ) -> None:
         self._engine = engine
         self.request_id = request_id
         self.pieces = pieces
+        self.logprobs = logprobs  # per output token, when the request asked for them
+        self._lps: list[TokenLogprob] | None = None if logprobs is None else []
         self._ids: list[int] = []
         self._texts: list[str] = []
         self._cached: int | None = None
@@ -102,9 +114,11 @@ class _SimStream:
     def cached(self, n: int) -> None:
         self._cached = n  # goes out with the first step
 
-    def push(self, token_id: int, text: str) -> None:
+    def push(self, token_id: int, text: str, index: int) -> None:
         self._ids.append(token_id)
         self._texts.append(text)
+        if self._lps is not None and self.logprobs is not None:
+            self._lps.append(self.logprobs[index])
         self._wake()
 
     def finish(self, reason: FinishReason, usage: Usage) -> None:
@@ -156,10 +170,13 @@ class _SimStream:
         ids, self._ids = self._ids, []
         texts, self._texts = self._texts, []
         cached, self._cached = self._cached, None
+        lps = self._lps
+        if lps is not None:
+            self._lps = []
         if self._finish is None:
-            return Step(ids, "".join(texts), cached)
+            return Step(ids, "".join(texts), cached, logprobs=lps)
         self._closed = True
-        return Step(ids, "".join(texts), cached, self._finish, self._usage)
+        return Step(ids, "".join(texts), cached, self._finish, self._usage, lps)
 
     async def aclose(self) -> None:
         if not self._closed:
@@ -236,11 +253,11 @@ class SimEngine:
             raise DuplicateRequestError(f"request {rid!r} is still running")
         prompt = list(request.prompt_token_ids)
         self._validate(prompt, request.sampling)
-        output, pieces, end_reason = self._plan(request, prompt)
+        output, pieces, logprobs, end_reason = self._plan(request, prompt)
         seq = SimSequence(rid, prompt, len(prompt), output, end_reason, request.priority)
         seq.retention = request.retention if self.config.honour_retention else None
         self.scheduler.add(seq)
-        stream = _SimStream(self, rid, pieces)
+        stream = _SimStream(self, rid, pieces, logprobs)
         self._streams[rid] = stream
         self._wake.set()
         return stream
@@ -309,8 +326,11 @@ class SimEngine:
                 "and chunked prefill is off"
             )
 
-    def _plan(self, request: GenerateRequest, prompt: list[int]) -> tuple[list[int], list[str], FinishReason]:
-        """The output token ids, their streamed text pieces, and why the output ends."""
+    def _plan(
+        self, request: GenerateRequest, prompt: list[int]
+    ) -> tuple[list[int], list[str], list[TokenLogprob] | None, FinishReason]:
+        """The output token ids, their streamed text pieces, their log-probabilities (when asked
+        for), and why the output ends."""
         hints = request.hints
         resumed = hints.resumed_tokens if hints is not None else 0
         # A migrated request's prompt ends with the output already streamed: the context is the
@@ -321,9 +341,9 @@ class SimEngine:
         sampling = request.sampling
         ids, pieces = self._output(text, sampling, resumed + sampling.max_tokens)
         complete = True
+        seed = sampling.seed if sampling.seed is not None else len(original)
+        need = resumed + sampling.max_tokens
         if request.constraint is not None:  # the grammar's mask steers the plan (worker/constrained.py)
-            seed = sampling.seed if sampling.seed is not None else len(original)
-            need = resumed + sampling.max_tokens
             steered = constrained_plan(
                 self.tokenizer,
                 request.constraint,
@@ -334,17 +354,39 @@ class SimEngine:
                 seed=seed,
             )
             ids, pieces, complete = steered.token_ids, steered.pieces, steered.complete
+        logprobs: list[TokenLogprob] | None = None
+        if sampling.logprobs is not None or sampling.logit_bias:  # worker/sampling.py
+            if request.constraint is not None:
+                sampled = constrained_sample(
+                    self.tokenizer, request.constraint, ids, sampling=sampling, need=need, seed=seed
+                )
+                complete = sampled.complete
+            else:
+                sampled = sample_plan(
+                    ids[:need],
+                    vocab=vocab_size(self.tokenizer),
+                    bias=dict(sampling.logit_bias),
+                    top=sampling.logprobs,
+                )
+            if sampled.token_ids != ids[: len(sampled.token_ids)] or len(sampled.token_ids) > len(ids):
+                pieces = token_pieces(self.tokenizer, sampled.token_ids, PIECE_WINDOW)
+            else:
+                pieces = pieces[: len(sampled.token_ids)]
+            ids, logprobs = sampled.token_ids, sampled.logprobs
         if resumed:  # a migrated request: what the dead worker already streamed is in the prompt
             ids, pieces = ids[resumed:], pieces[resumed:]
+            logprobs = logprobs[resumed:] if logprobs is not None else None
         end_reason: FinishReason = "stop" if complete else "length"
         limit = sampling.max_tokens
         if sampling.ignore_eos and ids and len(ids) < limit and request.constraint is None:
             reps = -(-limit // len(ids))
             ids, pieces = (ids * reps)[:limit], (pieces * reps)[:limit]
+            logprobs = (logprobs * reps)[:limit] if logprobs is not None else None
             end_reason = "length"
         elif len(ids) > limit:
             ids, pieces, end_reason = ids[:limit], pieces[:limit], "length"
-        return ids, pieces, end_reason
+            logprobs = logprobs[:limit] if logprobs is not None else None
+        return ids, pieces, logprobs, end_reason
 
     def _output(self, text: str, sampling: SamplingParams, need: int) -> tuple[list[int], list[str]]:
         """The output's token ids (cut at stops) and pieces, at most `need` of them (+ a margin).
@@ -417,7 +459,7 @@ class SimEngine:
             stream = streams.get(seq.request_id)
             if stream is not None:
                 i = seq.emitted - 1
-                stream.push(seq.output[i], stream.pieces[i])
+                stream.push(seq.output[i], stream.pieces[i], i)
         for seq, reason in outcome.finished:
             stream = streams.pop(seq.request_id, None)
             if stream is not None:

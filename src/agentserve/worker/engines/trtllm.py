@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from agentserve.config import WorkerConfig
@@ -48,13 +50,16 @@ from agentserve.worker.engines.trtllm_mapping import (
     attention_dp_ranks,
     cached_tokens_of,
     clamp_cached,
+    embedding_bias,
     guided_decoding_kwargs,
     llm_kwargs,
     load_extra_options,
     load_from_stats,
     make_step,
+    model_vocab_size,
     sampling_kwargs,
     scheduling_kwargs,
+    step_logprobs,
 )
 from agentserve.worker.engines.trtllm_retention import build_retention_config
 from agentserve.worker.events import EventHub
@@ -80,6 +85,7 @@ class _TrtStream:
         "_expired",
         "_first",
         "_iter",
+        "_logprobs",
         "_output_tokens",
         "_prompt_tokens",
         "_reader",
@@ -89,8 +95,16 @@ class _TrtStream:
         "result",
     )
 
-    def __init__(self, engine: TrtLlmEngine, request_id: str, result: Any, prompt_tokens: int) -> None:
+    def __init__(
+        self,
+        engine: TrtLlmEngine,
+        request_id: str,
+        result: Any,
+        prompt_tokens: int,
+        logprobs: int | None = None,
+    ) -> None:
         self._engine = engine
+        self._logprobs = logprobs  # alternatives per token asked for (None: no log-probabilities)
         self.request_id = request_id
         self.result = result
         self._iter = result.__aiter__()
@@ -143,6 +157,15 @@ class _TrtStream:
             self._engine._fail(str(exc))
             raise EngineError(str(exc)) from exc
         self._output_tokens = len(completion.token_ids)
+        logprobs = None
+        if self._logprobs is not None:
+            try:
+                logprobs = step_logprobs(
+                    completion.token_ids, completion.token_ids_diff, completion.logprobs, self._logprobs
+                )
+            except MissingFieldError as exc:
+                self._finish()
+                raise EngineError(str(exc)) from exc
         step = make_step(
             completion.token_ids_diff,
             completion.text_diff,
@@ -153,6 +176,7 @@ class _TrtStream:
             output_tokens=self._output_tokens,
             first=self._first,
             aborted=self.aborted,
+            logprobs=logprobs,
         )
         self._first = False
         self._engine._count_step(step, self._prompt_tokens)
@@ -203,6 +227,8 @@ class TrtLlmEngine:
         self._retention_cls: Any = None  # KvCacheRetentionConfig, unless --kv-retention off
         self._scheduling_cls: Any = None  # SchedulingParams, with attention DP
         self._guided_cls: Any = None  # GuidedDecodingParams
+        self._tensor: Callable[[list[float]], Any] = _fp32_tensor  # logit_bias as `embedding_bias`
+        self.vocab_size = _vocab_size(config.model_path)
         self._hub = EventHub()
         # Attention DP: one KV event stream and snapshot per rank, requests pinned to a rank.
         self.dp_ranks = attention_dp_ranks(self._kwargs)
@@ -311,6 +337,9 @@ class TrtLlmEngine:
             raise InvalidRequestError("the prompt has no tokens")
         try:
             kwargs = sampling_kwargs(request.sampling)
+            if request.sampling.logit_bias:  # the PyTorch sampler adds `embedding_bias` to the logits
+                values = embedding_bias(request.sampling.logit_bias, self.vocab_size)
+                kwargs["embedding_bias"] = self._tensor(values)
             if request.constraint is not None:  # refused (never dropped) when it cannot be enforced
                 guide = guided_decoding_kwargs(
                     request.constraint,
@@ -335,7 +364,7 @@ class TrtLlmEngine:
         except RuntimeError as exc:  # "LLM is shutting down", or the executor died
             self._fail(f"generate_async: {exc}")
             raise EngineNotReadyError(str(exc)) from exc
-        stream = _TrtStream(self, request.request_id, result, len(prompt))
+        stream = _TrtStream(self, request.request_id, result, len(prompt), request.sampling.logprobs)
         self._requests[request.request_id] = stream
         self._prompt_tokens += len(prompt)
         return stream
@@ -428,3 +457,20 @@ async def _poll(source: Any) -> AsyncIterator[Any]:
         except (StopAsyncIteration, asyncio.QueueEmpty):
             return
         yield item
+
+
+def _fp32_tensor(values: list[float]) -> Any:
+    import torch  # the GPU image's (TensorRT-LLM's dependency), needed only for a logit_bias
+
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def _vocab_size(model_path: str | None) -> int | None:
+    """The model's logits width (its `config.json`), which `embedding_bias` must match."""
+    if model_path is None:
+        return None
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return model_vocab_size(config) if isinstance(config, dict) else None

@@ -43,6 +43,7 @@ from agentserve.worker.engine import (
     KvSnapshot,
     SamplingParams,
     Step,
+    TokenLogprob,
 )
 from agentserve.worker.engines.trtllm_retention import PRIMARY_CACHE_LEVEL, medium_of, updated_medium
 
@@ -147,7 +148,97 @@ def sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
         kwargs["stop"] = list(params.stop)
     if params.stop_token_ids:
         kwargs["stop_token_ids"] = list(params.stop_token_ids)
+    if params.logprobs is not None:
+        # `logprobs: Optional[int]`, the log-probabilities returned per output token; `_validate`
+        # reads 0 as none (`self.logprobs and int(self.logprobs)`), so the sampled token alone is
+        # asked for as 1.
+        kwargs["logprobs"] = max(params.logprobs, 1)
     return kwargs
+
+
+LOGPROB_FLOOR = -9999.0  # OpenAI's and trtllm-serve's floor for a log-probability (-inf in JSON)
+
+
+def token_logprobs(token_ids: Sequence[int], logprobs: Sequence[Any], top: int) -> list[TokenLogprob]:
+    """`CompletionOutput.logprobs_diff` → ours. TensorRT-LLM's generation log-probabilities are
+    `TokenLogprobs = list[dict[int, Logprob]]`, one dict per output token mapping token ids (the
+    sampled one among them) to `Logprob(logprob, rank)`; the alternatives are the dict's entries by
+    rank (most likely first), `top` of them. A position whose dict lacks the sampled token reports
+    the floor, as trtllm-serve leaves it unknown. A bare float per position (the older TRT flow)
+    gives the sampled token's value and no alternatives."""
+    if len(logprobs) != len(token_ids):
+        raise MissingFieldError(
+            f"TensorRT-LLM returned {len(logprobs)} log-probabilities for {len(token_ids)} tokens"
+        )
+    out: list[TokenLogprob] = []
+    for token, entry in zip(token_ids, logprobs, strict=True):
+        if isinstance(entry, int | float):
+            out.append(TokenLogprob(token, max(float(entry), LOGPROB_FLOOR)))
+            continue
+        if not isinstance(entry, Mapping):
+            raise MissingFieldError(f"a TensorRT-LLM log-probability entry is {entry!r}")
+        values = {int(t): max(float(_logprob_of(v)), LOGPROB_FLOOR) for t, v in entry.items()}
+        ranks = {int(t): _rank_of(v) for t, v in entry.items()}
+        ranked = sorted(values, key=lambda t: (ranks[t] if ranks[t] is not None else 1 << 30, -values[t]))
+        own = values.get(token, LOGPROB_FLOOR)
+        out.append(TokenLogprob(token, own, tuple((t, values[t]) for t in ranked[:top])))
+    return out
+
+
+def step_logprobs(
+    token_ids: Sequence[int], token_ids_diff: Sequence[int], logprobs: Sequence[Any] | None, top: int
+) -> list[TokenLogprob]:
+    """The new tokens' entries of `CompletionOutput.logprobs`, by token position rather than through
+    `logprobs_diff`: `_handle_sequence` (executor/result.py) advances `_last_logprobs_len` only on
+    the executor's own `log_probs` path, while the top-k path replaces `output.logprobs` with
+    `logprobs_result.generation`. A list as long as the output (or longer by a trimmed stop token's
+    entry) is sliced at the new tokens' positions; one as long as the new tokens is theirs."""
+    full = list(logprobs or ())
+    new = len(token_ids_diff)
+    if len(full) >= len(token_ids):
+        start = len(token_ids) - new
+        window = full[start : start + new]
+    elif len(full) == new:
+        window = full
+    else:
+        raise MissingFieldError(
+            f"TensorRT-LLM returned {len(full)} log-probabilities for an output of {len(token_ids)} tokens"
+        )
+    return token_logprobs(token_ids_diff, window, top)
+
+
+def _logprob_of(value: Any) -> float:
+    return float(value.logprob if hasattr(value, "logprob") else value["logprob"])
+
+
+def _rank_of(value: Any) -> int | None:
+    rank = getattr(value, "rank", None) if not isinstance(value, Mapping) else value.get("rank")
+    return None if rank is None else int(rank)
+
+
+def model_vocab_size(config: Mapping[str, Any]) -> int | None:
+    """The logits' width from a Hugging Face `config.json` (`vocab_size`, at the top or in the
+    language model's `text_config` / `llm_config` of multimodal models); None when it has none."""
+    for holder in (config, config.get("text_config"), config.get("llm_config")):
+        if isinstance(holder, Mapping):
+            size = holder.get("vocab_size")
+            if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                return size
+    return None
+
+
+def embedding_bias(logit_bias: Sequence[tuple[int, float]], vocab_size: int | None) -> list[float]:
+    """`logit_bias` as TensorRT-LLM's `SamplingParams.embedding_bias` values: one FP32 per vocabulary
+    entry (shape `[vocab_size]`), added to the logits by the PyTorch sampler. Raises ValueError (a
+    400) for a token outside the vocabulary or an unknown vocabulary size."""
+    if vocab_size is None:
+        raise ValueError("logit_bias: this model's vocabulary size is unknown (no vocab_size in config.json)")
+    values = [0.0] * vocab_size
+    for token, bias in logit_bias:
+        if not 0 <= token < vocab_size:
+            raise ValueError(f"logit_bias: token {token} is outside the vocabulary (0..{vocab_size - 1})")
+        values[token] = float(bias)
+    return values
 
 
 class GuidedDecodingUnavailable(ValueError):
@@ -254,6 +345,7 @@ def make_step(
     output_tokens: int,
     first: bool,
     aborted: bool = False,
+    logprobs: list[TokenLogprob] | None = None,
 ) -> Step:
     cached = clamp_cached(cached_tokens, prompt_tokens)
     reason = finish_reason(raw_finish_reason) if finished else None
@@ -262,7 +354,7 @@ def make_step(
     if aborted and reason == "stop":
         reason = "abort"
     usage = Usage(prompt_tokens, output_tokens, cached) if reason is not None else None
-    return Step(list(token_ids_diff), text_diff, cached if first else None, reason, usage)
+    return Step(list(token_ids_diff), text_diff, cached if first else None, reason, usage, logprobs)
 
 
 # --------------------------------------------------------------------------------------------------

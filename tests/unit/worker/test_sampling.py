@@ -1,0 +1,121 @@
+"""The sim's sampling policy as a distribution (worker/sampling.py): log-probabilities are the
+log-softmax of the policy's logits after bias and the grammar's mask, and the choice is its argmax."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentserve.constraints.engine import engine_for
+from agentserve.constraints.spec import Constraint
+from agentserve.worker.constrained import constrained_sample
+from agentserve.worker.engine import SamplingParams
+from agentserve.worker.sampling import PREFERENCE, Allowed, Unmasked, choose, sample_plan
+from agentserve.worker.tokenizer import EMBEDDED_TOKENIZER, HFTokenizer
+
+TOKENIZER = HFTokenizer.from_file(EMBEDDED_TOKENIZER)
+ENGINE = engine_for(TOKENIZER.to_json())
+
+
+def reference(policy: int, bias: dict[int, float], allowed: list[int]) -> dict[int, float]:
+    """The distribution spelled out token by token (what `choose` computes in closed form)."""
+    logits = {t: (PREFERENCE if t == policy else 0.0) + bias.get(t, 0.0) for t in allowed}
+    log_z = math.log(sum(math.exp(v) for v in logits.values()))
+    return {t: v - log_z for t, v in logits.items()}
+
+
+@given(
+    policy=st.integers(0, 49),
+    bias=st.dictionaries(st.integers(0, 59), st.floats(-100, 100), max_size=6),
+    mask_bits=st.integers(1, (1 << 50) - 1),
+    top=st.integers(0, 8),
+)
+def test_choose_is_the_argmax_of_the_masked_biased_softmax(
+    policy: int, bias: dict[int, float], mask_bits: int, top: int
+) -> None:
+    mask = mask_bits.to_bytes(7, "little")  # 56 bits over a vocabulary of 50: the padding never counts
+    allowed = Allowed(50, mask)
+    ids = [t for t in range(50) if (mask_bits >> t) & 1]
+    dist = reference(policy, bias, ids)
+    choice = choose(policy, bias, allowed, top)
+    assert choice.entry is not None
+    logits = {t: (PREFERENCE if t == policy else 0.0) + bias.get(t, 0.0) for t in ids}
+    winners = sorted(t for t in ids if logits[t] == max(logits.values()))  # exact: the argmax
+    assert choice.token == (policy if policy in winners else winners[0])  # ties: policy, then lowest id
+    assert math.isclose(choice.entry.logprob, dist[choice.token], abs_tol=1e-9)
+    ranked = sorted(dist.values(), reverse=True)[: min(top, len(ids))]
+    assert [lp for _, lp in choice.entry.top] == pytest.approx(ranked, abs=1e-9)
+    assert all(math.isclose(lp, dist[t], abs_tol=1e-9) for t, lp in choice.entry.top)
+    assert choose(policy, bias, allowed, None) == type(choice)(choice.token, None)
+
+
+def test_without_bias_the_plan_stays_and_its_probability_is_the_preference() -> None:
+    sampled = sample_plan([5, 7, 9], vocab=1000, bias={}, top=1)
+    assert sampled.token_ids == [5, 7, 9] and sampled.logprobs is not None
+    expected = PREFERENCE - math.log(math.exp(PREFERENCE) + 999)
+    assert [e.logprob for e in sampled.logprobs] == pytest.approx([expected] * 3)
+    assert [e.top[0][0] for e in sampled.logprobs] == [5, 7, 9]
+    assert sample_plan([5], vocab=1000, bias={}, top=None).logprobs is None
+
+
+def test_a_bias_bans_or_forces_a_token_in_place() -> None:
+    banned = sample_plan([5, 7, 5], vocab=1000, bias={5: -100.0}, top=0)
+    assert banned.token_ids == [0, 7, 0]  # the policy token banned: the most likely left, lowest id
+    forced = sample_plan([5, 7, 5], vocab=1000, bias={3: 100.0}, top=0)
+    assert forced.token_ids == [3, 3, 3] and forced.logprobs is not None
+    assert forced.logprobs[0].logprob == pytest.approx(0.0, abs=1e-9)
+
+
+GRAMMAR = 'start: "{" "\\"a\\"" ":" ("1" | "2" | "3") "}"\n'
+
+
+def test_under_a_grammar_forced_tokens_are_certain_and_a_bias_keeps_the_output_valid() -> None:
+    constraint = Constraint(GRAMMAR)
+    script = TOKENIZER.encode('{"a":2}')
+    sampling = SamplingParams(max_tokens=20, logprobs=3)
+    sampled = constrained_sample(TOKENIZER, constraint, script, sampling=sampling, need=20, seed=1)
+    assert TOKENIZER.decode(sampled.token_ids) == '{"a":2}' and sampled.complete
+    assert sampled.logprobs is not None
+    tops = [len(e.top) for e in sampled.logprobs]
+    free = [e for e in sampled.logprobs if len(e.top) == 3]
+    # Every position but the digit has one allowed token (logprob 0); the digit has three choices.
+    assert len(free) == 1 and tops.count(1) == len(tops) - 1
+    assert all(e.logprob == 0.0 for e in sampled.logprobs if len(e.top) == 1)
+    two = TOKENIZER.encode("2")[0]
+    # The digit's distribution spans what the grammar allows there (`1`, `2`, `3` and tokens that
+    # also close the object), counted on an independent matcher.
+    at = tops.index(3)
+    replay = ENGINE.matcher(GRAMMAR)
+    assert replay.consume_tokens(sampled.token_ids[:at])
+    allowed = int.from_bytes(replay.compute_bitmask(), "little").bit_count()
+    assert allowed >= 3 and free[0].token_id == two
+    assert free[0].logprob == pytest.approx(-math.log(1 + (allowed - 1) * math.exp(-PREFERENCE)), rel=1e-9)
+    assert [TOKENIZER.decode([t]) for t, _ in free[0].top[1:]] == ["1", "3"]  # the next most likely, by id
+    biased = SamplingParams(max_tokens=20, logprobs=0, logit_bias=((two, -100.0),))
+    again = constrained_sample(TOKENIZER, constraint, script, sampling=biased, need=20, seed=1)
+    text = TOKENIZER.decode(again.token_ids)
+    assert again.complete and json.loads(text)["a"] in (1, 3)
+    check = ENGINE.matcher(GRAMMAR)
+    assert check.try_consume_tokens(again.token_ids) == len(again.token_ids)
+
+
+@given(
+    policy=st.integers(-2, 60),
+    bias=st.dictionaries(st.integers(0, 70), st.one_of(st.just(0.0), st.floats(-100, 100)), max_size=12),
+    top=st.one_of(st.none(), st.integers(0, 10)),
+)
+def test_the_per_request_fast_path_is_choose(policy: int, bias: dict[int, float], top: int | None) -> None:
+    fast = Unmasked(bias, 60).choose(policy, top)
+    slow = choose(policy, bias, Allowed(60), top)
+    assert fast.token == slow.token
+    if slow.entry is None:
+        assert fast.entry is None
+        return
+    assert fast.entry is not None
+    assert fast.entry.logprob == pytest.approx(slow.entry.logprob, abs=1e-9)
+    assert [t for t, _ in fast.entry.top] == [t for t, _ in slow.entry.top]
+    assert [lp for _, lp in fast.entry.top] == pytest.approx([lp for _, lp in slow.entry.top], abs=1e-9)

@@ -44,3 +44,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if left_out:
             config.hook.pytest_deselected(items=left_out)
             items[:] = [item for item in items if (item.get_closest_marker("serial") is not None) == wanted]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under `--dist loadgroup` xdist tags each grouped test's id with its group; if a pytest or
+    xdist upgrade stops that, every worker would build its own control plane: stop instead."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    grouped = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group")]
+    untagged = [nodeid for nodeid in grouped if "@" not in nodeid]
+    if untagged:
+        raise pytest.UsageError(f"xdist did not tag the grouped tests (pytest, xdist versions?): {untagged[:3]}")

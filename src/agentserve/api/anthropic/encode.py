@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentserve.api._common import finish_error
+from agentserve.api.dispatch_gate import DispatchGate
 from agentserve.api.errors import ApiError, InternalError
 from agentserve.api.ids import anthropic_tool_id, new_id
 from agentserve.api.signing import Signer
@@ -68,10 +69,9 @@ class AnthropicStreamEncoder:
     __slots__ = (
         "_call",
         "_context_management",
-        "_dispatch",
         "_dispatched",
         "_done",
-        "_held",
+        "_gate",
         "_index",
         "_input_usage",
         "_omit_thinking",
@@ -100,8 +100,7 @@ class AnthropicStreamEncoder:
         self._context_management = context_management
         self.message_id = message_id or new_id("msg_")
         # Streaming tool dispatch off: everything from the first finished call on waits for the end.
-        self._dispatch = dispatch
-        self._held: list[bytes] = []
+        self._gate = DispatchGate(dispatch)
         self._signer = signer
         self._stream_tool_input = stream_tool_input
         self._omit_thinking = omit_thinking
@@ -200,12 +199,7 @@ class AnthropicStreamEncoder:
         if self._done:
             return b""
         out = self._feed(event)
-        if self._dispatch or not self._dispatched or self._done:
-            if self._held:
-                out, self._held = b"".join(self._held) + out, []
-            return out
-        self._held.append(out)
-        return b""
+        return self._gate.admit(out, self._dispatched, self._done)
 
     def _feed(self, event: OutputEvent) -> bytes:
         out = b"" if self._started else self.start()
@@ -276,7 +270,7 @@ class AnthropicStreamEncoder:
         """Close what is open, then `message_delta` (stop reason, usage) and `message_stop`."""
         if self._done:
             return b""
-        held, self._held = b"".join(self._held), []
+        held = self._gate.release()
         return held + self._finish(finish, stop_sequence)
 
     def _finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
@@ -308,7 +302,7 @@ class AnthropicStreamEncoder:
         if self._done:
             return b""
         self._done = True
-        out, self._held = b"".join(self._held), []
+        out = self._gate.release()
         return out + error_event(error)
 
 

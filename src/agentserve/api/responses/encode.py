@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentserve.api._common import finish_error
+from agentserve.api.dispatch_gate import DispatchGate
 from agentserve.api.errors import ApiError, InternalError
 from agentserve.api.ids import is_safe_id, new_id
 from agentserve.api.logprobs import tokens_json
@@ -199,8 +200,7 @@ class ResponsesStreamEncoder:
     ) -> None:
         self.response_id = response_id or new_id("resp_")
         # Streaming tool dispatch off: everything from the first finished call on waits for the end.
-        self._dispatch = dispatch
-        self._held: list[bytes] = []
+        self._gate = DispatchGate(dispatch)
         self.created_at = int(time.time()) if created_at is None else created_at
         self._items = _Items(request, signer)
         self._stream_arguments = stream_tool_arguments
@@ -375,12 +375,7 @@ class ResponsesStreamEncoder:
         if self._done:
             return b""
         out = self._feed(event)
-        if self._dispatch or not self._dispatched or self._done:
-            if self._held:
-                out, self._held = b"".join(self._held) + out, []
-            return out
-        self._held.append(out)
-        return b""
+        return self._gate.admit(out, self._dispatched, self._done)
 
     def _feed(self, event: OutputEvent) -> bytes:
         out = b"" if self._started else self.start()
@@ -447,7 +442,7 @@ class ResponsesStreamEncoder:
         """Close what is open, then `response.completed` (or `.incomplete` / `.failed`)."""
         if self._done:
             return b""
-        held, self._held = b"".join(self._held), []
+        held = self._gate.release()
         return held + self._finish(finish)
 
     def _finish(self, finish: Finish) -> bytes:
@@ -473,7 +468,7 @@ class ResponsesStreamEncoder:
         """`response.failed` (after `response.created` if nothing was sent yet)."""
         if self._done:
             return b""
-        held, self._held = b"".join(self._held), []
+        held = self._gate.release()
         return held + self._failed(error)
 
     def _failed(self, error: ApiError) -> bytes:

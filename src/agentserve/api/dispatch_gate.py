@@ -1,0 +1,30 @@
+"""Streaming tool dispatch switched off (`enable_streaming_tool_dispatch: false`): a stream encoder's
+output from its first finished call on waits for the end of the turn, so a client that acts on a call
+the moment it is complete sees every call of the turn at once. One gate, used by the Anthropic and
+Responses encoders (Chat keeps its calls' deltas live and only drops its `tool_call_dispatch` events)."""
+
+from __future__ import annotations
+
+
+class DispatchGate:
+    __slots__ = ("_held", "_streaming")
+
+    def __init__(self, streaming: bool) -> None:
+        self._streaming = streaming
+        self._held: list[bytes] = []
+
+    def admit(self, out: bytes, dispatched: int, done: bool) -> bytes:
+        """What of `out` goes on the wire now (with what was held before it); the rest is held."""
+        if self._streaming or not dispatched or done:
+            if self._held:
+                out = b"".join(self._held) + out
+                self._held.clear()
+            return out
+        self._held.append(out)
+        return b""
+
+    def release(self) -> bytes:
+        """Everything held: the turn ended (or failed)."""
+        held = b"".join(self._held)
+        self._held.clear()
+        return held

@@ -54,4 +54,4 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     grouped = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group")]
     untagged = [nodeid for nodeid in grouped if "@" not in nodeid]
     if untagged:
-        raise pytest.UsageError(f"xdist did not tag the grouped tests (pytest, xdist versions?): {untagged[:3]}")
+        raise pytest.UsageError(f"xdist did not tag grouped tests (pytest, xdist versions?): {untagged[:3]}")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from typing import Literal
 
 from agentserve.families.grammar import ToolGrammar
 from agentserve.parsing.stream import OutputParser, ParserOptions
@@ -24,6 +25,9 @@ class Family:
     model_patterns: tuple[str, ...] = ()
     # The usual chat template leaves the prompt inside an open reasoning block.
     starts_in_reasoning: bool = False
+    # How the raw output carries reasoning: `<think>` tags, or harmony channels (analysis, final).
+    # The sim writes its outputs in it; the model catalog says the family reasons from it.
+    output_style: Literal["think", "harmony"] = "think"
     # The special tokens that end the model's turn, the one that ends a tool-call turn first. Every
     # engine stops on them (the frontend sends them with each request, kept in the output). Without
     # them a call turn runs past its terminator (gpt-oss's tokenizer EOS is `<|return|>`, not

@@ -356,5 +356,6 @@ FAMILY = Family(
     aliases=("harmony", "gpt_oss", "openai", "gptoss"),
     model_patterns=(r"gpt-oss",),
     stop_tokens=(CALL, RETURN),
+    output_style="harmony",
     grammar=GRAMMAR,
 )

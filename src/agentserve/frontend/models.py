@@ -128,7 +128,7 @@ _REASONING_LEVELS = ("low", "medium", "high")
 
 def family_reasons(family: Family) -> bool:
     """The family writes reasoning before answering (a think block, or harmony's analysis channel)."""
-    return family_markup(family).can_inject or family.name == "gpt-oss"
+    return family_markup(family).can_inject or family.output_style == "harmony"
 
 
 def served_models(config: FrontendConfig, family: Family) -> list[ModelFacts]:

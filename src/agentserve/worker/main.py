@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import TYPE_CHECKING
 
 from agentserve.config import ConfigError, WorkerConfig
 from agentserve.worker.constrained import grammar_engine
@@ -15,26 +16,26 @@ from agentserve.worker.scheduler import SchedulerConfig
 from agentserve.worker.timing import INTERCONNECTS, TimingModel, spanning_nodes
 from agentserve.worker.tokenizer import Tokenizer, load_tokenizer
 
+if TYPE_CHECKING:
+    from agentserve.families import Family
+
 log = logging.getLogger("agentserve.worker")
 
 
-def _family(config: WorkerConfig) -> tuple[str | None, bool]:
-    """(family name, whether its prompts leave the output inside an open reasoning block)."""
+def _family(config: WorkerConfig) -> Family | None:
+    """The family whose output the sim writes: the configured one, else the model name's."""
     from agentserve.families import UnknownFamilyError, family_for_model, get_family
 
     if config.family is not None:
         try:
-            family = get_family(config.family)
+            return get_family(config.family)
         except UnknownFamilyError:
-            return config.family, False  # a format the sim knows by name (e.g. gpt-oss)
-        return family.name, family.starts_in_reasoning
-    inferred = family_for_model(config.model)
-    return (inferred.name, inferred.starts_in_reasoning) if inferred is not None else (None, False)
+            return None  # a family the parsers do not know: `<think>` tags
+    return family_for_model(config.model)
 
 
 def build_policy(config: WorkerConfig, tokenizer: Tokenizer) -> OutputPolicy:
-    name, starts_in_reasoning = _family(config)
-    echo = EchoPolicy(raw_format_for(name, starts_in_reasoning))
+    echo = EchoPolicy(raw_format_for(_family(config)))
     if config.sim_script is None:
         return echo
     try:

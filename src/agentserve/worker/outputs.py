@@ -19,11 +19,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
 from agentserve.worker.engine import Hints
+
+if TYPE_CHECKING:
+    from agentserve.families import Family
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +76,11 @@ HARMONY = RawFormat(
 )
 
 
-def raw_format_for(family: str | None, starts_in_reasoning: bool = False) -> RawFormat:
-    """The output shape of a family: harmony for gpt-oss, `<think>` tags for the others."""
-    if family is not None and family.lower().replace("_", "-") in ("gpt-oss", "harmony"):
+def raw_format_for(family: Family | None) -> RawFormat:
+    """The output shape of a family (`Family.output_style`); `<think>` tags without one."""
+    if family is not None and family.output_style == "harmony":
         return HARMONY
-    return THINK_TAGS_OPENED if starts_in_reasoning else THINK_TAGS
+    return THINK_TAGS_OPENED if family is not None and family.starts_in_reasoning else THINK_TAGS
 
 
 # --------------------------------------------------------------------------------------------------

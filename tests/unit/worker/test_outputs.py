@@ -47,9 +47,9 @@ def test_echo_is_reasoning_then_an_answer_that_the_family_parser_reads() -> None
 
 
 def test_raw_formats_per_family() -> None:
-    assert raw_format_for("gpt-oss") is HARMONY
-    assert raw_format_for("qwen3") is THINK_TAGS
-    assert raw_format_for("deepseek-r1", starts_in_reasoning=True) is THINK_TAGS_OPENED
+    assert raw_format_for(get_family("gpt-oss")) is HARMONY
+    assert raw_format_for(get_family("qwen3")) is THINK_TAGS
+    assert raw_format_for(get_family("deepseek-r1")) is THINK_TAGS_OPENED
     assert HARMONY.render("r", "a") == (
         "<|channel|>analysis<|message|>r<|end|><|start|>assistant<|channel|>final<|message|>a<|return|>"
     )

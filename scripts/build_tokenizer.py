@@ -2,7 +2,7 @@
 """Build the embedded default tokenizer: `src/agentserve/data/tokenizer.json`.
 
 A small BPE trained with Hugging Face `tokenizers` on this repository's own text (sources, chat
-templates, docs), with every model family's chat and tool markers as special tokens, so each marker
+templates, docs), with every model family's chat and tool markers (`Family.special_tokens`) as special tokens, so each marker
 is one token as in the real models. Characters outside the learnt alphabet fall back to one token per
 UTF-8 byte (`<0x00>`…`<0xFF>`, as Llama 2 and Mistral do), so any text encodes and decodes exactly;
 the vocabulary is small so the file stays well under 1 MB. Run from the repository root after adding
@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
 OUTPUT = ROOT / "src" / "agentserve" / "data" / "tokenizer.json"
 VOCAB_SIZE = 6000
 # Pre-tokenization: a run of non-space characters with at most one leading space, or one whitespace
@@ -36,113 +38,14 @@ SPLIT = r" ?\S+|\s"
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
 TRAINING_GLOBS = ("src/**/*.py", "src/**/*.jinja", "docs/**/*.md", "README.md", "bench/**/*.py")
 
-# Markers that are single (special) tokens in the real models, by family.
-MARKERS = {
-    "chatml (qwen3, qwen3-coder, nemotron 3)": [
-        "<|im_start|>",
-        "<|im_end|>",
-        "<|endoftext|>",
-        "<think>",
-        "</think>",
-        "<tool_call>",
-        "</tool_call>",
-        "<tool_response>",
-        "</tool_response>",
-    ],
-    "deepseek": [
-        "<｜begin▁of▁sentence｜>",
-        "<｜end▁of▁sentence｜>",
-        "<｜User｜>",
-        "<｜Assistant｜>",
-        "<｜tool▁calls▁begin｜>",
-        "<｜tool▁calls▁end｜>",
-        "<｜tool▁call▁begin｜>",
-        "<｜tool▁call▁end｜>",
-        "<｜tool▁sep｜>",
-        "<｜tool▁outputs▁begin｜>",
-        "<｜tool▁outputs▁end｜>",
-        "<｜tool▁output▁begin｜>",
-        "<｜tool▁output▁end｜>",
-    ],
-    "kimi-k2": [
-        "<|im_system|>",
-        "<|im_user|>",
-        "<|im_assistant|>",
-        "<|im_middle|>",
-        "<|tool_calls_section_begin|>",
-        "<|tool_calls_section_end|>",
-        "<|tool_call_section_begin|>",
-        "<|tool_call_section_end|>",
-        "<|tool_call_begin|>",
-        "<|tool_call_end|>",
-        "<|tool_call_argument_begin|>",
-    ],
-    "gpt-oss (harmony)": [
-        "<|start|>",
-        "<|end|>",
-        "<|message|>",
-        "<|channel|>",
-        "<|constrain|>",
-        "<|return|>",
-        "<|call|>",
-    ],
-    "glm-4.5": [
-        "[gMASK]",
-        "<sop>",
-        "<|system|>",
-        "<|user|>",
-        "<|assistant|>",
-        "<|observation|>",
-        "<arg_key>",
-        "</arg_key>",
-        "<arg_value>",
-        "</arg_value>",
-    ],
-    "minimax-m2": ["]~!b[", "]~b]", "[e~[", "<minimax:tool_call>", "</minimax:tool_call>"],
-    "mistral": [
-        "<s>",
-        "</s>",
-        "[INST]",
-        "[/INST]",
-        "[SYSTEM_PROMPT]",
-        "[/SYSTEM_PROMPT]",
-        "[AVAILABLE_TOOLS]",
-        "[/AVAILABLE_TOOLS]",
-        "[TOOL_CALLS]",
-        "[ARGS]",
-        "[CALL_ID]",
-        "[TOOL_RESULTS]",
-        "[/TOOL_RESULTS]",
-        "[THINK]",
-        "[/THINK]",
-    ],
-    "llama 3 (llama3-json, pythonic)": [
-        "<|begin_of_text|>",
-        "<|end_of_text|>",
-        "<|start_header_id|>",
-        "<|end_header_id|>",
-        "<|eot_id|>",
-        "<|eom_id|>",
-        "<|python_tag|>",
-        "<|python_start|>",
-        "<|python_end|>",
-    ],
-    "nemotron": [
-        "<TOOLCALL>",
-        "</TOOLCALL>",
-        "<AVAILABLE_TOOLS>",
-        "</AVAILABLE_TOOLS>",
-        "<TOOL_RESPONSE>",
-        "</TOOL_RESPONSE>",
-    ],
-}
-
-
 def special_tokens() -> list[str]:
+    """Every family's special tokens (`Family.special_tokens`), in registry order, once each."""
+    from agentserve.families import FAMILIES
+
     seen: dict[str, None] = {}
-    for markers in MARKERS.values():
-        for marker in markers:
-            seen.setdefault(marker, None)
+    for family in FAMILIES:
+        for token in family.special_tokens:
+            seen.setdefault(token, None)
     return list(seen)
 
 

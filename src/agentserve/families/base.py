@@ -33,6 +33,9 @@ class Family:
     # them a call turn runs past its terminator (gpt-oss's tokenizer EOS is `<|return|>`, not
     # `<|call|>`) and the model invents the tool's result. trtllm-serve's harmony path adds the same.
     stop_tokens: tuple[str, ...] = ()
+    # The markers that are single tokens in the family's real tokenizers (chat roles, reasoning and
+    # tool-call markers); the embedded default tokenizer is built with all of them (families/tokens.py).
+    special_tokens: tuple[str, ...] = ()
     # The family's syntax as constraint grammar source (None: constrained decoding is refused with
     # a 400 for this family).
     grammar: ToolGrammar | None = None

@@ -37,6 +37,7 @@ from agentserve.families.grammar import (
     lit,
     repeat,
 )
+from agentserve.families.tokens import DEEPSEEK
 from agentserve.parsing.stream import ParserOptions, StreamParser, Syntax
 
 SYNTAX = Syntax(
@@ -82,5 +83,6 @@ FAMILY = Family(
     model_patterns=(r"deepseek-r1",),
     starts_in_reasoning=True,
     stop_tokens=("<｜end▁of▁sentence｜>",),
+    special_tokens=DEEPSEEK,
     grammar=GRAMMAR,
 )

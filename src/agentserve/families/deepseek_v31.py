@@ -38,6 +38,7 @@ from agentserve.families.grammar import (
     lit,
     repeat,
 )
+from agentserve.families.tokens import DEEPSEEK
 from agentserve.parsing.delimited import WHITESPACE, DelimitedArgs
 from agentserve.parsing.markerblock import SpecialTokenCalls
 from agentserve.parsing.scanner import MarkerSet
@@ -232,5 +233,6 @@ FAMILY = Family(
     # V3.2 writes DSML, another format: not this family.
     model_patterns=(r"deepseek-v3(?!\.[2-9])",),
     stop_tokens=("<｜end▁of▁sentence｜>",),
+    special_tokens=DEEPSEEK,
     grammar=GRAMMAR,
 )

@@ -356,6 +356,7 @@ FAMILY = Family(
     aliases=("harmony", "gpt_oss", "openai", "gptoss"),
     model_patterns=(r"gpt-oss",),
     stop_tokens=(CALL, RETURN),
+    special_tokens=("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", RETURN, CALL),
     output_style="harmony",
     grammar=GRAMMAR,
 )

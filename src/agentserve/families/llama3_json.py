@@ -28,6 +28,7 @@ from agentserve.families.grammar import (
     name_arguments_schema,
     repeat,
 )
+from agentserve.families.tokens import LLAMA3
 from agentserve.parsing.jsonblock import JsonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -80,5 +81,6 @@ FAMILY = Family(
     aliases=("llama3_json", "llama3", "llama-3.1", "llama-3"),
     model_patterns=(r"llama-?3[._][123](?!\d)",),
     stop_tokens=("<|eom_id|>", "<|eot_id|>"),
+    special_tokens=LLAMA3,
     grammar=GRAMMAR,
 )

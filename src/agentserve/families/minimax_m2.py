@@ -257,6 +257,7 @@ FAMILY = Family(
     aliases=("minimax_m2", "minimax", "minimax-m2.1", "minimax-m2.5", "minimax-m2.7"),
     model_patterns=(r"minimax-?m2",),
     stop_tokens=("[e~[",),
+    special_tokens=("]~!b[", "]~b]", "[e~[", WRAPPER, WRAPPER_END, "<think>", "</think>"),
     starts_in_reasoning=True,
     grammar=GRAMMAR,
 )

@@ -30,6 +30,7 @@ from agentserve.families.grammar import (
     name_arguments_schema,
     repeat,
 )
+from agentserve.families.tokens import LLAMA3
 from agentserve.parsing.jsonblock import JsonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -75,5 +76,16 @@ FAMILY = Family(
         r"nemotron-(nano|super|ultra)-(\d+b-)?v\d",
     ),
     stop_tokens=("<|eot_id|>",),
+    special_tokens=(
+        *LLAMA3,
+        "<TOOLCALL>",
+        "</TOOLCALL>",
+        "<AVAILABLE_TOOLS>",
+        "</AVAILABLE_TOOLS>",
+        "<TOOL_RESPONSE>",
+        "</TOOL_RESPONSE>",
+        "<think>",
+        "</think>",
+    ),
     grammar=GRAMMAR,
 )

@@ -27,6 +27,7 @@ from agentserve.families.grammar import (
     lit,
     repeat,
 )
+from agentserve.families.tokens import LLAMA3
 from agentserve.parsing.pycalls import PythonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -115,5 +116,6 @@ FAMILY = Family(
     aliases=("llama4_pythonic", "llama-4", "llama4", "olmo-3", "olmo3"),
     model_patterns=(r"llama-?4", r"olmo-?3"),
     stop_tokens=("<|eot_id|>", "<|eom_id|>", "<|eot|>", "<|eom|>"),
+    special_tokens=LLAMA3,
     grammar=GRAMMAR,
 )

@@ -28,6 +28,7 @@ from agentserve.families.grammar import (
     name_arguments_schema,
     repeat,
 )
+from agentserve.families.tokens import CHATML
 from agentserve.parsing.jsonblock import JsonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 
@@ -67,5 +68,6 @@ FAMILY = Family(
     aliases=("hermes", "qwen25", "qwen", "qwq"),
     model_patterns=(r"qwen3(?!-?coder|\.5|-?next)", r"qwq", r"hermes", r"qwen2\.5"),
     stop_tokens=("<|im_end|>",),
+    special_tokens=CHATML,
     grammar=GRAMMAR,
 )

@@ -43,6 +43,7 @@ from agentserve.families.grammar import (
     repeat,
     xml_parameters,
 )
+from agentserve.families.tokens import CHATML
 from agentserve.parsing.jsonblock import JsonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
 from agentserve.parsing.xmlblock import NAME_LIMIT, VALID_NAME, XmlCallBlock, is_partial, skip_ws, tags
@@ -299,5 +300,6 @@ FAMILY = Family(
         r"step-?3\.5",
     ),
     stop_tokens=("<|im_end|>",),
+    special_tokens=CHATML,
     grammar=GRAMMAR,
 )

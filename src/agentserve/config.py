@@ -308,6 +308,30 @@ class RouterConfig(_Config):
     def _workers(cls, value: list[str]) -> list[str]:
         return _url_list(value, "worker")
 
+    # Disaggregated prefill (docs/router.md "Prefill and decode, decided per request").
+    prefill_workers: list[str] = Field(
+        default_factory=list, description="static URLs of prefill workers (role prefill); empty: none"
+    )
+
+    @field_validator("prefill_workers")
+    @classmethod
+    def _prefill_workers(cls, value: list[str]) -> list[str]:
+        return _url_list(value, "prefill worker")
+
+    prefill_threshold_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="prompt tokens uncached on the decode worker above which a prefill worker prefills "
+        "(default: derived from the profile's timing model)",
+    )
+    kv_link: Literal["nvlink", "nvlink-b200", "rdma", "rdma-xdr"] = Field(
+        "rdma", description="link the KV crosses from prefill to decode worker (transfer cost)"
+    )
+    profile: str | None = Field(
+        None,
+        description="engine profile the prefill decision predicts with: a shipped name or a profile YAML "
+        "file (default: b200-qwen3-30b-a3b-estimate)",
+    )
     discovery: Literal["static", "kubernetes"] = Field("static", description="how workers are found")
     worker_service: str | None = Field(None, description="Kubernetes Service of the workers")
     namespace: str | None = Field(None, description="namespace of the worker Service")

@@ -11,14 +11,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol
 
 from agentserve.config import RouterConfig
+from agentserve.router.disagg import PrefillCandidate, decide_prefill, default_threshold
 from agentserve.router.index import IndexStats, KvIndex, target
 from agentserve.router.placement import Decision, NoWorkerError, Placement, RouteRequest
 from agentserve.router.queue import AdmissionQueue
 from agentserve.worker.engine import MEDIUM_CPU, AllCleared, BlockRemoved, BlockStored, KvEvent, KvSnapshot
+from agentserve.worker.kvtransfer import kv_link
+from agentserve.worker.profiles import DEFAULT_PROFILE, load_profile
+
+# A worker's role: `both` prefills and decodes (aggregated, the default); `prefill` only prefills
+# requests whose KV then moves to a decode worker; `decode` serves requests, prefilling short
+# uncached spans itself (as `both` does) but never taking a remote prefill.
+Role = Literal["prefill", "decode", "both"]
+ROLES: tuple[Role, ...] = ("prefill", "decode", "both")
 
 
 class Router(Protocol):
@@ -57,6 +66,13 @@ class RouterCore:
         self._queue: AdmissionQueue[asyncio.Future[None]] = AdmissionQueue(config.queue_max)
         self.decisions = 0
         self.resyncs = 0
+        self._roles: dict[str, Role] = {}
+        # The prefill decision's model: the engine profile's timing and the KV link (router/disagg).
+        self.timing = load_profile(config.profile or DEFAULT_PROFILE).timing
+        self.kv_link = kv_link(config.kv_link)
+        threshold = config.prefill_threshold_tokens
+        self.prefill_threshold = default_threshold(self.timing) if threshold is None else threshold
+        self.prefill_decisions: dict[str, int] = {"local": 0, "remote": 0}
 
     # -- membership --------------------------------------------------------------------------------
 
@@ -64,9 +80,13 @@ class RouterCore:
     def workers(self) -> tuple[str, ...]:
         return tuple(self._workers)
 
-    def add_worker(self, worker: str, dp_rank: int | None = None) -> None:
+    def add_worker(self, worker: str, dp_rank: int | None = None, role: Role = "both") -> None:
         """Make `worker` routable, or one more attention-DP rank of it (each rank is placed and
-        indexed on its own: ranks do not share KV blocks)."""
+        indexed on its own: ranks do not share KV blocks). A `prefill` worker only takes remote
+        prefills (the requests' decode goes elsewhere)."""
+        if role not in ROLES:
+            raise ValueError(f"unknown worker role {role!r}")
+        self._roles[worker] = role
         key = target(worker, dp_rank)
         keys = self._targets.setdefault(worker, [])
         if key not in keys:
@@ -82,9 +102,13 @@ class RouterCore:
         purged."""
         if worker in self._workers:
             self._workers.remove(worker)
+        self._roles.pop(worker, None)
         for key in self._targets.pop(worker, [worker]):
             self.index.remove_worker(key)
         self.placement.forget_worker(worker)
+
+    def role(self, worker: str) -> Role:
+        return self._roles.get(worker, "both")
 
     def targets(self, worker: str) -> tuple[str, ...]:
         """`worker`'s index keys: itself, or one per attention-DP rank."""
@@ -127,7 +151,7 @@ class RouterCore:
         """Return once some worker outside `exclude` has room, waiting in the priority queue while
         all are saturated (returns without suspending when one has room)."""
         while self.saturated(exclude):
-            if not [w for w in self._workers if w not in exclude]:
+            if not [w for w in self._serving() if w not in exclude]:
                 raise NoWorkerError("no worker available")
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             try:
@@ -140,14 +164,41 @@ class RouterCore:
                 self._queue.cancel(entry)
 
     def decide(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision:
-        """Place now, ignoring saturation (the route API and benchmarks use it directly)."""
+        """Place now, ignoring saturation (the route API and benchmarks use it directly): a decode
+        worker, and where prefill workers exist, where the prompt is prefilled."""
         overlaps = self.index.overlaps(request.block_hashes) if self.config.policy == "kv" else {}
         on_host = self.index.host_overlaps(request.block_hashes, overlaps) if overlaps else {}
         targets = self._targets
-        candidates = [k for w in self._workers if w not in exclude for k in targets.get(w, (w,))]
+        candidates = [
+            k for w in self._serving() if w not in exclude for k in targets.get(w, (w,))
+        ]
         decision = self.placement.choose(request, candidates, overlaps, frozenset(), on_host)
         self.decisions += 1
-        return decision
+        pool = [w for w in self._workers if self._roles.get(w) == "prefill"]
+        if not pool:
+            return decision  # aggregated serving: no decision to make
+        prefill = [w for w in pool if w not in exclude]
+        bs = self.config.block_size
+        plan = decide_prefill(
+            self.timing,
+            self.kv_link,
+            prompt_tokens=request.prompt_tokens,
+            decode_cached_tokens=decision.overlap_blocks * bs,
+            decoding=max(0, self.placement.inflight(decision.worker) - 1),
+            threshold=self.prefill_threshold,
+            candidates=[
+                PrefillCandidate(w, overlaps.get(w, 0) * bs, self.placement.load(w) * bs) for w in prefill
+            ],
+        )
+        if plan.prefill_worker is not None:
+            # The prefill worker's load until its prefill ends (the dispatcher finishes the ticket).
+            plan = replace(plan, ticket=self.placement.begin(plan.prefill_worker, decision.prompt_blocks))
+        self.prefill_decisions[plan.where] += 1
+        return replace(decision, prefill=plan)
+
+    def _serving(self) -> list[str]:
+        """Workers that take requests end to end (roles decode and both)."""
+        return [w for w in self._workers if self._roles.get(w, "both") != "prefill"]
 
     async def finish(self, decision: Decision) -> None:
         self.finish_ticket(decision.ticket)
@@ -186,13 +237,13 @@ class RouterCore:
 
     def saturated(self, exclude: frozenset[str] = frozenset()) -> bool:
         limit = self.config.max_inflight_per_worker
-        candidates: Sequence[str] = [w for w in self._workers if w not in exclude]
+        candidates: Sequence[str] = [w for w in self._serving() if w not in exclude]
         return not candidates or all(self.placement.inflight(w) >= limit for w in candidates)
 
     def _admit_waiting(self) -> None:
         # Wake waiters while some worker has room; each re-checks and re-queues if it lost the race.
         room = sum(
-            max(0, self.config.max_inflight_per_worker - self.placement.inflight(w)) for w in self._workers
+            max(0, self.config.max_inflight_per_worker - self.placement.inflight(w)) for w in self._serving()
         )
         while room > 0:
             waiter = self._queue.pop()

@@ -219,6 +219,19 @@ class UpConfig(FrontendConfig):
     model: str = Field("qwen3-sim", description="model name served to clients (its family: qwen3)")
     processes: int = Field(1, ge=1, le=1, description="agentserve up runs in one process")
     workers: int = Field(2, ge=1, le=64, description="in-process sim workers")
+    prefill_workers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="in-process prefill sim workers beside the --workers decode workers: the router "
+        "sends cold prompts there and moves their KV (0: aggregated)",
+    )
+    prefill_threshold_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="uncached prompt tokens above which a prefill worker prefills (default: derived "
+        "from the sim profile's timing model)",
+    )
     script: str | None = Field(None, description="scenario file of scripted raw outputs (sim_script)")
     sim_speedup: float = Field(
         1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
@@ -266,6 +279,12 @@ class UpConfig(FrontendConfig):
         if not 1 <= int(low) <= int(high) <= 64:
             raise ValueError(f"{value!r}: need 1 <= MIN <= MAX <= 64")
         return f"{int(low)}:{int(high)}"
+
+    @model_validator(mode="after")
+    def _prefill_workers_without_autoscale(self) -> UpConfig:
+        if self.prefill_workers and self.autoscale is not None:
+            raise ValueError("--prefill-workers and --autoscale do not combine (the planner scales one pool)")
+        return self
 
     @model_validator(mode="after")
     def _planner_settings_need_autoscale(self) -> UpConfig:
@@ -435,6 +454,17 @@ class WorkerConfig(_Config):
         le=64,
         description="attention-DP ranks of the sim engine, each with its own KV cache and per-rank KV "
         "events (as TensorRT-LLM's enable_attention_dp); sim_kv_blocks is per rank",
+    )
+    role: Literal["prefill", "decode", "both"] = Field(
+        "both",
+        description="disaggregated prefill: prefill (context-only requests, KV held for decode workers "
+        "to pull), decode, or both (aggregated); the router takes prefill workers from prefill_workers",
+    )
+    sim_kv_hold_s: float = Field(
+        60.0,
+        ge=0,
+        description="a prefill worker holds a context-only request's KV this many seconds for its "
+        "decode worker to pull, then releases it (sim engine)",
     )
 
 

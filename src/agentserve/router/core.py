@@ -66,7 +66,8 @@ class RouterCore:
         self._queue: AdmissionQueue[asyncio.Future[None]] = AdmissionQueue(config.queue_max)
         self.decisions = 0
         self.resyncs = 0
-        self._roles: dict[str, Role] = {}
+        # Roles by worker: the static prefill pool from the configuration, others as they join.
+        self._roles: dict[str, Role] = dict.fromkeys(config.prefill_workers, "prefill")
         # The prefill decision's model: the engine profile's timing and the KV link (router/disagg).
         self.timing = load_profile(config.profile or DEFAULT_PROFILE).timing
         self.kv_link = kv_link(config.kv_link)
@@ -80,13 +81,15 @@ class RouterCore:
     def workers(self) -> tuple[str, ...]:
         return tuple(self._workers)
 
-    def add_worker(self, worker: str, dp_rank: int | None = None, role: Role = "both") -> None:
+    def add_worker(self, worker: str, dp_rank: int | None = None, role: Role | None = None) -> None:
         """Make `worker` routable, or one more attention-DP rank of it (each rank is placed and
         indexed on its own: ranks do not share KV blocks). A `prefill` worker only takes remote
-        prefills (the requests' decode goes elsewhere)."""
-        if role not in ROLES:
-            raise ValueError(f"unknown worker role {role!r}")
-        self._roles[worker] = role
+        prefills (the requests' decode goes elsewhere); `role` None keeps the role it has (from
+        `prefill_workers`, or an earlier add), else `both`."""
+        if role is not None:
+            if role not in ROLES:
+                raise ValueError(f"unknown worker role {role!r}")
+            self._roles[worker] = role
         key = target(worker, dp_rank)
         keys = self._targets.setdefault(worker, [])
         if key not in keys:
@@ -102,7 +105,8 @@ class RouterCore:
         purged."""
         if worker in self._workers:
             self._workers.remove(worker)
-        self._roles.pop(worker, None)
+        if worker not in self.config.prefill_workers:
+            self._roles.pop(worker, None)
         for key in self._targets.pop(worker, [worker]):
             self.index.remove_worker(key)
         self.placement.forget_worker(worker)
@@ -169,9 +173,7 @@ class RouterCore:
         overlaps = self.index.overlaps(request.block_hashes) if self.config.policy == "kv" else {}
         on_host = self.index.host_overlaps(request.block_hashes, overlaps) if overlaps else {}
         targets = self._targets
-        candidates = [
-            k for w in self._serving() if w not in exclude for k in targets.get(w, (w,))
-        ]
+        candidates = [k for w in self._serving() if w not in exclude for k in targets.get(w, (w,))]
         decision = self.placement.choose(request, candidates, overlaps, frozenset(), on_host)
         self.decisions += 1
         pool = [w for w in self._workers if self._roles.get(w) == "prefill"]

@@ -77,6 +77,7 @@ def local_prefill(
     tokens: int,
     start: int,
     decoding: int,
+    *,
     context: int = REFERENCE_CONTEXT,
     chunk: int = DEFAULT_CHUNK,
 ) -> tuple[float, float]:
@@ -141,7 +142,7 @@ def decide_prefill(
     """
     cached = max(0, min(decode_cached_tokens, prompt_tokens))
     uncached = prompt_tokens - cached
-    local_ttft, local_stall = local_prefill(model, uncached, cached, decoding, context, chunk)
+    local_ttft, local_stall = local_prefill(model, uncached, cached, decoding, context=context, chunk=chunk)
     plan = PrefillPlan("local", "below-threshold", uncached, threshold, local_ttft, local_stall)
     if uncached <= threshold:
         return plan

@@ -104,7 +104,7 @@ def encode_frame(sid: int, frame: Frame) -> bytes:
 
 def plain(step: Step) -> bool:
     """The step carries tokens and text only (it can go in TOKENS or STEPS)."""
-    return step.cached_tokens is None and step.finish_reason is None
+    return step.cached_tokens is None and step.finish_reason is None and step.received_tokens is None
 
 
 def encode_steps(sids: list[int], token_ids: list[Any], texts: list[str]) -> bytes:
@@ -114,7 +114,7 @@ def encode_steps(sids: list[int], token_ids: list[Any], texts: list[str]) -> byt
 
 def encode_step(sid: int, step: Step) -> bytes:
     """A step as TOKENS when that is all it carries, else as a FRAME."""
-    if step.cached_tokens is None and step.finish_reason is None:
+    if plain(step):
         return _pack([TOKENS, sid, step.token_ids, step.text])  # type: ignore[no-any-return]
     return _pack([FRAME, sid, step_to_frame(step)])  # type: ignore[no-any-return]
 

@@ -38,6 +38,7 @@ from agentserve.worker.engine import (
     RETENTION_PRIORITY_MIN,
     GenerateRequest,
     Hints,
+    KvTransfer,
     Retention,
     SamplingParams,
     Step,
@@ -121,7 +122,31 @@ def encode_request(request: GenerateRequest) -> Frame:
         body["retention"] = encode_retention(request.retention)
     if request.constraint is not None:
         body["constraint"] = encode_constraint(request.constraint)
+    if request.context_only:
+        body["context_only"] = True
+    if request.kv_transfer is not None:
+        body["kv_transfer"] = encode_kv_transfer(request.kv_transfer)
     return body
+
+
+def encode_kv_transfer(t: KvTransfer) -> Frame:
+    return {"handle": t.handle, "tokens": t.tokens, "source": t.source, "seconds": t.seconds}
+
+
+def decode_kv_transfer(raw: Any) -> KvTransfer:
+    if not isinstance(raw, Mapping) or set(raw) - {"handle", "tokens", "source", "seconds"}:
+        raise WireError("kv_transfer must be an object of handle, tokens, source, seconds")
+    handle, tokens = raw.get("handle"), raw.get("tokens")
+    source, seconds = raw.get("source", ""), raw.get("seconds", 0.0)
+    if not isinstance(handle, str) or not handle or len(handle) > 512:
+        raise WireError("kv_transfer.handle must be a non-empty string of at most 512 characters")
+    if type(tokens) is not int or tokens < 0:
+        raise WireError("kv_transfer.tokens must be a non-negative integer")
+    if not isinstance(source, str) or len(source) > 2048:
+        raise WireError("kv_transfer.source must be a string")
+    if type(seconds) not in (int, float) or not 0 <= seconds < 3600:
+        raise WireError("kv_transfer.seconds must be a number in [0, 3600)")
+    return KvTransfer(handle, tokens, source, float(seconds))
 
 
 MAX_GRAMMAR_CHARS = 4 << 20  # a constraint's grammar source (128 tools with large schemas fit)
@@ -266,6 +291,8 @@ def decode_request(data: Any) -> GenerateRequest:
         "retention",
         "dp_rank",
         "constraint",
+        "context_only",
+        "kv_transfer",
     }
     unknown = set(data) - known
     if unknown:
@@ -339,6 +366,13 @@ def decode_request(data: Any) -> GenerateRequest:
         raise WireError("dp_rank must be an integer in 0..1023")
     raw_constraint = data.get("constraint")
     constraint = None if raw_constraint is None else decode_constraint(raw_constraint)
+    context_only = data.get("context_only", False)
+    if not isinstance(context_only, bool):
+        raise WireError("context_only must be a boolean")
+    raw_transfer = data.get("kv_transfer")
+    kv_transfer = None if raw_transfer is None else decode_kv_transfer(raw_transfer)
+    if context_only and kv_transfer is not None:
+        raise WireError("a request is either context_only or carries a kv_transfer, not both")
     return GenerateRequest(
         rid,
         ids,
@@ -349,6 +383,8 @@ def decode_request(data: Any) -> GenerateRequest:
         cache_salt=salt,
         dp_rank=dp_rank,
         constraint=constraint,
+        context_only=context_only,
+        kv_transfer=kv_transfer,
     )
 
 
@@ -360,6 +396,10 @@ def step_to_frame(step: Step) -> Frame:
     frame: Frame = {"token_ids": step.token_ids, "text": step.text}
     if step.cached_tokens is not None:
         frame["cached_tokens"] = step.cached_tokens
+    if step.received_tokens is not None:
+        frame["received_tokens"] = step.received_tokens
+    if step.kv_transfer is not None:
+        frame["kv_transfer"] = encode_kv_transfer(step.kv_transfer)
     if step.finish_reason is not None:
         frame["finish_reason"] = step.finish_reason
         u = step.usage or Usage()
@@ -401,7 +441,16 @@ def frame_to_step(frame: Frame) -> Step:
                 output_tokens=u.get("output_tokens", 0),
                 cached_tokens=u.get("cached_tokens", 0),
             )
-        return Step(frame["token_ids"], frame["text"], frame.get("cached_tokens"), reason, usage)
+        raw_transfer = frame.get("kv_transfer")
+        return Step(
+            frame["token_ids"],
+            frame["text"],
+            frame.get("cached_tokens"),
+            reason,
+            usage,
+            None if raw_transfer is None else decode_kv_transfer(raw_transfer),
+            frame.get("received_tokens"),
+        )
     except (KeyError, AttributeError, TypeError) as exc:
         raise WireError(f"malformed frame: {frame!r}") from exc
 

@@ -56,7 +56,9 @@ def test_default_threshold_keeps_the_reference_iteration_within_the_budget() -> 
         n = default_threshold(model)
         assert 0 < n < 8192
         decodes = (8192,) * 64
-        assert model.step_seconds(StepWork(((0, n),), decodes)) <= 2 * model.step_seconds(StepWork((), decodes))
+        assert model.step_seconds(StepWork(((0, n),), decodes)) <= 2 * model.step_seconds(
+            StepWork((), decodes)
+        )
         assert model.step_seconds(StepWork(((0, n + 1),), decodes)) > 2 * model.step_seconds(
             StepWork((), decodes)
         )
@@ -89,7 +91,11 @@ def test_remote_picks_the_prefill_worker_with_the_earliest_kv() -> None:
     # p0 holds half the prompt but has a long backlog; p1 is idle and cold; p2 holds most, idle.
     plan = decide(
         5000,
-        [PrefillCandidate("p0", 5000, 200_000), PrefillCandidate("p1", 0, 0), PrefillCandidate("p2", 8000, 0)],
+        [
+            PrefillCandidate("p0", 5000, 200_000),
+            PrefillCandidate("p1", 0, 0),
+            PrefillCandidate("p2", 8000, 0),
+        ],
     )
     assert plan.where == "remote" and plan.prefill_worker == "p2"  # type: ignore[attr-defined]
     assert plan.transfer_tokens == 5000  # type: ignore[attr-defined]  # what the decode worker lacks

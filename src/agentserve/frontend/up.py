@@ -177,6 +177,10 @@ def build_up(
     except OSError as exc:
         raise ConfigError(f"cannot read api_keys_file: {exc}") from exc
     app = create_app(config, backend, pipeline=pipeline, signer=load_signer(config), keys=keys)
+    if roles:
+        from agentserve.router.metrics import PrefillDecisionsCollector
+
+        app.state.frontend.telemetry.metrics.registry.register(PrefillDecisionsCollector(backend.router))
     if config.autoscale_range is not None:
         attach_planner(config, app, backend, pipeline)
     return app, backend

@@ -67,7 +67,8 @@ class RouterCore:
         self.decisions = 0
         self.resyncs = 0
         # Roles by worker: the static prefill pool from the configuration, others as they join.
-        self._roles: dict[str, Role] = dict.fromkeys(config.prefill_workers, "prefill")
+        self._static_prefill = {w.strip().rstrip("/") for w in config.prefill_workers}  # ids as discovery's
+        self._roles: dict[str, Role] = dict.fromkeys(self._static_prefill, "prefill")
         # The prefill decision's model: the engine profile's timing and the KV link (router/disagg).
         self.timing = load_profile(config.profile or DEFAULT_PROFILE).timing
         self.kv_link = kv_link(config.kv_link)
@@ -105,7 +106,7 @@ class RouterCore:
         purged."""
         if worker in self._workers:
             self._workers.remove(worker)
-        if worker not in self.config.prefill_workers:
+        if worker not in self._static_prefill:
             self._roles.pop(worker, None)
         for key in self._targets.pop(worker, [worker]):
             self.index.remove_worker(key)

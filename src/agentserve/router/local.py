@@ -62,7 +62,7 @@ class LocalRouter:
             self._watcher.start()
         else:
             try:
-                self.fleet.update(static_endpoints(config.workers))
+                self.fleet.update(static_endpoints([*config.workers, *config.prefill_workers]))
             except ValueError as exc:
                 raise ConfigError(str(exc)) from exc
         self._tasks = [

@@ -12,9 +12,10 @@ result of a few hundred tokens, after a tool pause. With 8 turns one request in 
 
 - `aggregated`: every worker prefills and decodes (today's behaviour);
 - `always`: `--prefill-gpus` prefill workers, the rest decode; every prompt is prefilled remotely
-  (threshold 0) and its KV shipped;
+  (policy threshold, threshold 0) and its KV shipped;
 - `conditional`: the same pools; the router prefills remotely only the prompts whose uncached span on
-  the decode worker exceeds the threshold derived from the timing model (router/disagg.py).
+  the decode worker exceeds the threshold derived from the timing model, and only while that costs
+  less than local prefill (policy cost, router/disagg.py).
 
 All three run the real path of `agentserve up`: `EngineBackend` (router core with roles, dispatcher
 with remote prefill, sim engines that hold and pull KV) on a simulated clock (the event loop's clock
@@ -40,8 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from routing import pct, simulate  # noqa: E402
-
 from agentserve.config import RouterConfig  # noqa: E402
 from agentserve.frontend.backend import EngineBackend  # noqa: E402
 from agentserve.prompt.hashing import block_hashes  # noqa: E402
@@ -51,6 +50,7 @@ from agentserve.router.placement import RouteRequest  # noqa: E402
 from agentserve.worker.engine import Engine, GenerateRequest, Hints, SamplingParams  # noqa: E402
 from agentserve.worker.engines.sim import SimConfig, SimEngine  # noqa: E402
 from agentserve.worker.profiles import DEFAULT_PROFILE, load_profile  # noqa: E402
+from routing import pct, simulate  # noqa: E402
 
 BS = 32
 VOCAB = 256  # small token ids: Python caches them, so 100K-token prompts stay cheap to hold
@@ -59,16 +59,16 @@ DEPLOYMENTS = ("aggregated", "always", "conditional")
 
 @dataclass(frozen=True)
 class Trace:
-    slots: int = 96  # concurrent sessions
+    slots: int = 120  # concurrent sessions (about 64-80 of them decoding at any time)
     turns: int = 8  # the first cold, the rest warm
     system_tokens: int = 4096  # shared by every session
     cold_tokens: tuple[int, int] = (50_000, 150_000)  # each session's own context
     tool_tokens: tuple[int, int] = (100, 500)  # each tool result
-    output_tokens: tuple[int, int] = (100, 300)  # each model turn
-    pause_s: tuple[float, float] = (1.0, 4.0)  # tool execution between turns
-    start_spread_s: float = 60.0  # the first sessions start uniformly over this window
+    output_tokens: tuple[int, int] = (300, 700)  # each model turn (reasoning + a tool call)
+    pause_s: tuple[float, float] = (5.0, 15.0)  # tool execution between turns
+    start_spread_s: float = 120.0  # the first sessions start uniformly over this window
     duration_s: float = 600.0  # simulated seconds of traffic
-    warmup_s: float = 120.0  # turns starting before this are not measured
+    warmup_s: float = 150.0  # turns starting before this are not measured
     seed: int = 11
 
 
@@ -94,7 +94,9 @@ class Result:
         return [t for t in self.turns if t.start >= warmup]
 
 
-async def run(trace: Trace, deployment: str, gpus: int, prefill_gpus: int, args: argparse.Namespace) -> Result:
+async def run(
+    trace: Trace, deployment: str, gpus: int, prefill_gpus: int, args: argparse.Namespace
+) -> Result:
     loop = asyncio.get_running_loop()
     timing = load_profile(args.profile).timing
     sim = SimConfig(num_blocks=args.kv_blocks, block_size=BS, speedup=1.0, timing=timing)
@@ -108,7 +110,13 @@ async def run(trace: Trace, deployment: str, gpus: int, prefill_gpus: int, args:
         roles = {w: ("prefill" if w.startswith("p") else "decode") for w in engines}
     threshold = 0 if deployment == "always" else args.threshold
     config = RouterConfig.model_validate(
-        {"block_size": BS, "profile": args.profile, "kv_link": args.kv_link, "prefill_threshold_tokens": threshold}
+        {
+            "block_size": BS,
+            "profile": args.profile,
+            "kv_link": args.kv_link,
+            "prefill_threshold_tokens": threshold,
+            "prefill_policy": "threshold" if deployment == "always" else "cost",
+        }
     )
     backend = EngineBackend(engines, config, roles=roles)
     await backend.start()
@@ -239,10 +247,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller fleet, shorter trace")
     parser.add_argument("--gpus", type=int, default=None, help="simulated GPUs per deployment (default 8)")
-    parser.add_argument("--prefill-gpus", type=int, default=None, help="of those, prefill workers (default 3)")
+    parser.add_argument(
+        "--prefill-gpus", type=int, default=None, help="of those, prefill workers (default half)"
+    )
     parser.add_argument("--profile", default=DEFAULT_PROFILE, help="engine profile of the sim's timing")
     parser.add_argument("--kv-link", default="rdma", choices=("nvlink", "nvlink-b200", "rdma", "rdma-xdr"))
-    parser.add_argument("--threshold", type=int, default=None, help="conditional threshold (default: derived)")
+    parser.add_argument(
+        "--threshold", type=int, default=None, help="conditional threshold (default: derived)"
+    )
     # A replica's KV: 100K blocks = 3.2M tokens, so sessions of 50-150K tokens are not evicted under
     # any deployment (the comparison is about interference, not capacity).
     parser.add_argument("--kv-blocks", type=int, default=100_000, help="KV cache per worker, in blocks")
@@ -250,23 +262,24 @@ def main() -> int:
     parser.add_argument("--plot", type=Path, default=ROOT / "bench" / "results" / "disagg.png")
     args = parser.parse_args()
     if args.quick:
-        trace = Trace(slots=40, duration_s=240.0, warmup_s=60.0, start_spread_s=30.0)
+        trace = Trace(slots=60, duration_s=300.0, warmup_s=90.0, start_spread_s=60.0)
         gpus, prefill = args.gpus or 4, args.prefill_gpus or 2
     else:
         trace = Trace()
-        gpus, prefill = args.gpus or 8, args.prefill_gpus or 3
+        gpus, prefill = args.gpus or 8, args.prefill_gpus or 4
     timing = load_profile(args.profile).timing
     derived = default_threshold(timing)
     print(
         f"trace: {trace.slots} concurrent agent sessions x {trace.turns} turns (1 cold of "
-        f"{trace.cold_tokens[0] // 1000}-{trace.cold_tokens[1] // 1000}K tokens + {trace.system_tokens} shared, "
-        f"then tool results {trace.tool_tokens[0]}-{trace.tool_tokens[1]} tokens), outputs "
-        f"{trace.output_tokens[0]}-{trace.output_tokens[1]} tokens, pauses {trace.pause_s[0]:g}-{trace.pause_s[1]:g} s; "
+        f"{trace.cold_tokens[0] // 1000}-{trace.cold_tokens[1] // 1000}K tokens + {trace.system_tokens} "
+        f"shared, then tool results {trace.tool_tokens[0]}-{trace.tool_tokens[1]} tokens), outputs "
+        f"{trace.output_tokens[0]}-{trace.output_tokens[1]} tokens, "
+        f"pauses {trace.pause_s[0]:g}-{trace.pause_s[1]:g} s; "
         f"{trace.duration_s:.0f} simulated s, first {trace.warmup_s:.0f} s not measured"
     )
     print(
-        f"fleet: {gpus} GPUs (disaggregated: {prefill} prefill + {gpus - prefill} decode); profile {args.profile}; "
-        f"KV link {args.kv_link}; derived threshold {derived} tokens"
+        f"fleet: {gpus} GPUs (disaggregated: {prefill} prefill + {gpus - prefill} decode); "
+        f"profile {args.profile}; KV link {args.kv_link}; derived threshold {derived} tokens"
     )
     results: list[Result] = []
     for deployment in args.deployments:
@@ -284,7 +297,8 @@ def main() -> int:
     for name, s in summaries.items():
         print(
             f"{name:<12} {s.ttft50:>8.3f}s {s.ttft99:>7.2f}s {s.cold50:>8.2f}s {s.warm50:>8.3f}s "
-            f"{s.warm99:>8.2f}s {s.itl50 * 1e3:>6.1f}ms {s.itl99 * 1e3:>6.0f}ms {s.throughput:>7.0f} {s.remote:>6.0%}"
+            f"{s.warm99:>8.2f}s {s.itl50 * 1e3:>6.1f}ms {s.itl99 * 1e3:>6.0f}ms "
+            f"{s.throughput:>7.0f} {s.remote:>6.0%}"
         )
     base = summaries.get("aggregated")
     if base is not None:
@@ -300,8 +314,8 @@ def main() -> int:
     if "always" in summaries and "conditional" in summaries:
         a, c = summaries["always"], summaries["conditional"]
         print(
-            f"\nconditional vs always: warm-turn TTFT p50 {a.warm50 / c.warm50:.2f}x, p99 {a.warm99 / c.warm99:.2f}x "
-            "better (always ÷ conditional)"
+            f"\nconditional vs always: warm-turn TTFT p50 {a.warm50 / c.warm50:.2f}x, "
+            f"p99 {a.warm99 / c.warm99:.2f}x better (always ÷ conditional)"
         )
     title = (
         f"{trace.slots} agent sessions, {gpus} GPUs ({prefill}P+{gpus - prefill}D when split), "

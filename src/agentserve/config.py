@@ -343,6 +343,12 @@ class RouterConfig(_Config):
         description="prompt tokens uncached on the decode worker above which a prefill worker prefills "
         "(default: derived from the profile's timing model)",
     )
+    prefill_policy: Literal["cost", "threshold"] = Field(
+        "cost",
+        description="threshold: a prefill worker prefills every prompt whose uncached span exceeds the "
+        "threshold (0: every prompt); cost: only when that also costs less than local prefill "
+        "(a backlogged prefill pool leaves prompts local)",
+    )
     kv_link: Literal["nvlink", "nvlink-b200", "rdma", "rdma-xdr"] = Field(
         "rdma", description="link the KV crosses from prefill to decode worker (transfer cost)"
     )

@@ -75,6 +75,8 @@ class RouterCore:
         threshold = config.prefill_threshold_tokens
         self.prefill_threshold = default_threshold(self.timing) if threshold is None else threshold
         self.prefill_decisions: dict[str, int] = {"local": 0, "remote": 0}
+        # Remote prefills not finished: ticket -> (prefill worker, its predicted prefill seconds).
+        self._prefilling: dict[int, tuple[str, float]] = {}
 
     # -- membership --------------------------------------------------------------------------------
 
@@ -104,6 +106,8 @@ class RouterCore:
     def remove_worker(self, worker: str) -> None:
         """Forget a worker that left or failed: its blocks (every rank's) and in-flight load are
         purged."""
+        for ticket in [t for t, (w, _) in self._prefilling.items() if w == worker]:
+            del self._prefilling[ticket]
         if worker in self._workers:
             self._workers.remove(worker)
         if worker not in self._static_prefill:
@@ -189,15 +193,21 @@ class RouterCore:
             decode_cached_tokens=decision.overlap_blocks * bs,
             decoding=max(0, self.placement.inflight(decision.worker) - 1),
             threshold=self.prefill_threshold,
-            candidates=[
-                PrefillCandidate(w, overlaps.get(w, 0) * bs, self.placement.load(w) * bs) for w in prefill
-            ],
+            candidates=[PrefillCandidate(w, overlaps.get(w, 0) * bs, self.backlog(w)) for w in prefill],
+            compare_costs=self.config.prefill_policy == "cost",
         )
-        if plan.prefill_worker is not None:
+        if plan.where == "remote" and plan.prefill_worker is not None:
             # The prefill worker's load until its prefill ends (the dispatcher finishes the ticket).
-            plan = replace(plan, ticket=self.placement.begin(plan.prefill_worker, decision.prompt_blocks))
+            ticket = self.placement.begin(plan.prefill_worker, decision.prompt_blocks)
+            own = (plan.remote_ttft_s or 0.0) - plan.transfer_s - self.backlog(plan.prefill_worker)
+            self._prefilling[ticket] = (plan.prefill_worker, max(0.0, own))
+            plan = replace(plan, ticket=ticket)
         self.prefill_decisions[plan.where] += 1
         return replace(decision, prefill=plan)
+
+    def backlog(self, worker: str) -> float:
+        """Predicted seconds of remote prefill routed to `worker` and not finished."""
+        return sum(s for w, s in self._prefilling.values() if w == worker)
 
     def _serving(self) -> list[str]:
         """Workers that take requests end to end (roles decode and both)."""
@@ -207,6 +217,7 @@ class RouterCore:
         self.finish_ticket(decision.ticket)
 
     def finish_ticket(self, ticket: int) -> None:
+        self._prefilling.pop(ticket, None)
         self.placement.finish(ticket)
         self._admit_waiting()
 
@@ -227,6 +238,8 @@ class RouterCore:
     def expire_tickets(self, max_age_s: float) -> int:
         """Stop counting requests whose caller never reported them finished (a frontend that died)."""
         expired = self.placement.expire(max_age_s)
+        for ticket in [t for t in self._prefilling if not self.placement.active(t)]:
+            del self._prefilling[ticket]
         if expired:
             self._admit_waiting()
         return expired

@@ -8,6 +8,14 @@ has cached, so the rule is the one TensorRT-LLM's conditional disaggregation
 (`max_local_prefill_length`) and Dynamo's `isl_bounding` policy use:
 
     remote  iff  a prefill worker is up  and  tokens uncached on the chosen decode worker > threshold
+                 and  the remote path costs less than the local one
+
+The costs are seconds of delay the choice causes. Local: the request's own time to first token plus,
+for each stream decoding on that worker, the stall its prefill chunks add to their iterations.
+Remote: the request's time to first token there: the prefill worker's backlog, its prefill of what
+it lacks, the KV transfer (the decode batch is not slowed). The comparison keeps cold prompts off a
+busy decode worker while the prefill pool keeps up, and falls back to local prefill when the pool's
+backlog would cost more than the stall (its capacity is not the only prefill capacity there is).
 
 The default threshold comes from the timing model: the largest chunk the decode worker can prefill
 while one of its iterations takes at most `ITL_BUDGET` × a decode-only iteration of a reference batch
@@ -41,7 +49,7 @@ class PrefillPlan:
     """The prefill decision of one request and what it predicted (the trace records it)."""
 
     where: Where
-    reason: str  # below-threshold | no-prefill-worker | remote
+    reason: str  # below-threshold | no-prefill-worker | prefill-busy | remote
     uncached_tokens: int  # prompt tokens the decode worker lacks
     threshold: int
     local_ttft_s: float  # predicted: prefill on the decode worker, mixed with its decoding streams
@@ -59,7 +67,7 @@ class PrefillCandidate:
 
     worker: str
     cached_tokens: int
-    queued_tokens: int  # prompt tokens of requests routed there and not finished
+    queued_s: float = 0.0  # predicted prefill time of the requests routed there and not finished
 
 
 def prefill_seconds(model: TimingModel, tokens: int, start: int = 0, chunk: int = DEFAULT_CHUNK) -> float:
@@ -132,17 +140,22 @@ def decide_prefill(
     candidates: tuple[PrefillCandidate, ...] | list[PrefillCandidate] = (),
     chunk: int = DEFAULT_CHUNK,
     context: int = REFERENCE_CONTEXT,
+    compare_costs: bool = True,
 ) -> PrefillPlan:
     """Prefill locally or on the candidate predicted to deliver the KV first.
 
     `decode_cached_tokens`: the prompt's prefix cached on the chosen decode worker; `decoding`: the
-    requests running there (their context is taken as `context`). A candidate's predicted time is
-    its backlog (queued tokens at its per-token rate), its prefill of what it lacks, and the
-    transfer of what the decode worker lacks.
+    requests running there (their context is taken as `context`; at least one is assumed). A
+    candidate's predicted time is its backlog, its prefill of what it lacks, and the transfer of
+    what the decode worker lacks. A plan that stays local because the best candidate costs more
+    keeps the candidate's prediction; `compare_costs` False goes remote on the threshold alone
+    (TensorRT-LLM's `max_local_prefill_length`).
     """
     cached = max(0, min(decode_cached_tokens, prompt_tokens))
     uncached = prompt_tokens - cached
-    local_ttft, local_stall = local_prefill(model, uncached, cached, decoding, context=context, chunk=chunk)
+    # At least one stream: a decode worker idle now takes streams while a long prefill would run.
+    streams = max(decoding, 1)
+    local_ttft, local_stall = local_prefill(model, uncached, cached, streams, context=context, chunk=chunk)
     plan = PrefillPlan("local", "below-threshold", uncached, threshold, local_ttft, local_stall)
     if uncached <= threshold:
         return plan
@@ -152,14 +165,14 @@ def decide_prefill(
     best: tuple[float, PrefillCandidate] | None = None
     for c in candidates:
         have = max(0, min(c.cached_tokens, prompt_tokens - 1))  # at least one token computes logits
-        queue_s = c.queued_tokens * model.prefill_per_token_s
-        ttft = queue_s + prefill_seconds(model, prompt_tokens - have, have, chunk) + transfer_s
+        ttft = c.queued_s + prefill_seconds(model, prompt_tokens - have, have, chunk) + transfer_s
         if best is None or ttft < best[0]:
             best = (ttft, c)
     assert best is not None
+    busy = compare_costs and best[0] >= local_ttft + streams * local_stall
     return PrefillPlan(
-        "remote",
-        "remote",
+        "local" if busy else "remote",
+        "prefill-busy" if busy else "remote",
         uncached,
         threshold,
         local_ttft,

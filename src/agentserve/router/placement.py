@@ -201,6 +201,10 @@ class Placement:
         pod, rank = split_target(worker)
         return Decision(pod, overlap, prompt_blocks, costs.get(worker, 0.0), policy, ticket, costs, rank)
 
+    def active(self, ticket: int) -> bool:
+        """`ticket` is counted (not finished, not expired)."""
+        return ticket in self._inflight
+
     def finish(self, ticket: int) -> None:
         """The request of `ticket` completed (or failed): its blocks stop counting as load."""
         flight = self._inflight.pop(ticket, None)

@@ -102,8 +102,18 @@ def test_remote_picks_the_prefill_worker_with_the_earliest_kv() -> None:
     expected = prefill_seconds(LINEAR, 2000, 8000) + transfer_seconds(5000, 1000, LINK)
     assert plan.remote_ttft_s == pytest.approx(expected)  # type: ignore[attr-defined]
     # Load counts: with p2 busy, the idle cold p1 wins over p2.
-    plan = decide(5000, [PrefillCandidate("p1", 0, 0), PrefillCandidate("p2", 8000, 1_000_000)])
+    plan = decide(5000, [PrefillCandidate("p1", 0, 0.0), PrefillCandidate("p2", 8000, 10.0)])
     assert plan.prefill_worker == "p1"  # type: ignore[attr-defined]
+
+
+def test_a_prefill_pool_backlogged_beyond_the_local_cost_means_local_prefill() -> None:
+    local = decide(5000, [PrefillCandidate("p0", 0, 0.0)])
+    assert local.where == "remote"  # type: ignore[attr-defined]
+    # Local cost: own TTFT + 8 decoding streams × the stall; a backlog past it keeps the prompt local.
+    cost = local.local_ttft_s + 8 * local.local_stall_s  # type: ignore[attr-defined]
+    plan = decide(5000, [PrefillCandidate("p0", 0, cost)])
+    assert plan.where == "local" and plan.reason == "prefill-busy"  # type: ignore[attr-defined]
+    assert plan.prefill_worker == "p0" and plan.remote_ttft_s > cost  # type: ignore[attr-defined]
 
 
 # -- in the router core -------------------------------------------------------------------------------
@@ -135,8 +145,9 @@ def test_cold_prompt_goes_remote_cached_prompt_stays_local_and_both_are_counted(
     cold = c.decide(route(400))
     assert cold.prefill is not None and cold.prefill.where == "remote" and cold.prefill.prefill_worker == "p0"
     assert cold.prefill.ticket is not None and c.placement.inflight("p0") == 1
+    assert c.backlog("p0") > 0  # its predicted prefill counts against the next decision there
     c.finish_ticket(cold.prefill.ticket)
-    assert c.placement.inflight("p0") == 0
+    assert c.placement.inflight("p0") == 0 and c.backlog("p0") == 0
     # The decode worker now holds the prompt (the transferred blocks were announced by its events).
     hashes = tuple(block_hashes(list(range(400)), BS))
     c.apply_events(cold.worker, [BlockStored(1, hashes, None, 400)])
@@ -160,3 +171,19 @@ def test_threshold_defaults_to_the_profile_derivation() -> None:
     assert c.prefill_threshold == default_threshold(load_profile("h200-qwen3-30b-a3b-pytorch").timing)
     with pytest.raises(ValueError, match="role"):
         c.add_worker("x", role="sideways")  # type: ignore[arg-type]
+
+
+def test_the_threshold_policy_goes_remote_whatever_the_backlog() -> None:
+    plan = decide_prefill(
+        LINEAR,
+        LINK,
+        prompt_tokens=10_000,
+        decode_cached_tokens=5000,
+        decoding=8,
+        threshold=0,
+        candidates=[PrefillCandidate("p0", 0, 1e6)],
+        compare_costs=False,
+    )
+    assert plan.where == "remote" and plan.remote_ttft_s > 1e6
+    c = core(prefill_policy="threshold")
+    assert c.decide(route(400)).prefill.where == "remote"  # type: ignore[union-attr]

@@ -173,7 +173,7 @@ async def test_a_decode_worker_killed_mid_decode_migrates_the_stream() -> None:
                 "s", tokens, SamplingParams(max_tokens=400, ignore_eos=True), hints=HINTS
             )
             stream = await dispatcher.generate(request, route)
-            assert stream.prefill is not None and stream.prefill.outcome == "remote"
+            assert stream.prefill is not None and stream.prefill.outcome == "remote", stream.prefill
             pids = {url: proc.pid for url, proc in stack.decode}
             n = 0
             killed = False
@@ -182,6 +182,11 @@ async def test_a_decode_worker_killed_mid_decode_migrates_the_stream() -> None:
                 if n >= 20 and not killed:
                     os.kill(pids[stream.decision.worker], signal.SIGKILL)
                     killed = True
-            assert n == 400 and len(stream.migrations) == 1
+            assert n == 400 and len(stream.migrations) == 1, (
+                n,
+                stream.migrations,
+                stream.attempts,
+                procs.logs(),
+            )
         finally:
             await backend.aclose()

@@ -606,6 +606,13 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "ticket_ttl_s",
             # Host-tier pricing: the default matches PCIe copy vs recompute (docs/router.md).
             "host_hit_weight",
+            # Disaggregated prefill (docs/router.md): the operator builds no prefill pool yet, so the
+            # router has no prefill workers and these keep their defaults.
+            "prefill_workers",
+            "prefill_threshold_tokens",
+            "prefill_policy",
+            "kv_link",
+            "profile",
         }
     ),
     "worker": frozenset(
@@ -628,6 +635,9 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             # A sim replica spanning nodes is for benchmarks; a sim worker pod is one node (CEL).
             "sim_nodes",
             "sim_interconnect",
+            # Disaggregated prefill: no prefill pool from the operator yet; every worker is `both`.
+            "role",
+            "sim_kv_hold_s",
         }
     ),
 }

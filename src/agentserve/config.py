@@ -160,6 +160,16 @@ class FrontendConfig(PromptConfig):
     def _worker_urls(cls, value: list[str]) -> list[str]:
         return _url_list(value, "worker")
 
+    prefill_worker_urls: list[str] = Field(
+        default_factory=list,
+        description="prefill worker URLs for the embedded router (disaggregated prefill; with worker_urls)",
+    )
+
+    @field_validator("prefill_worker_urls")
+    @classmethod
+    def _prefill_worker_urls(cls, value: list[str]) -> list[str]:
+        return _url_list(value, "prefill worker")
+
     @field_validator("router_url")
     @classmethod
     def _router_url(cls, value: str | None) -> str | None:

@@ -587,6 +587,7 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "accept_any_model",
             "ping_interval_s",
             "worker_urls",
+            "prefill_worker_urls",
             "call_memory_turns",
             "response_store_size",
             "state_entries",

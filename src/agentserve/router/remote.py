@@ -241,7 +241,11 @@ async def connect(config: FrontendConfig, *, registry: CollectorRegistry | None 
         return await remote(config.router_url)
     if config.worker_urls:
         router_config = RouterConfig.model_validate(
-            {"block_size": config.block_size, "workers": list(config.worker_urls)}
+            {
+                "block_size": config.block_size,
+                "workers": list(config.worker_urls),
+                "prefill_workers": list(config.prefill_worker_urls),
+            }
         )
         return await embedded(router_config, registry=registry)
     raise ConfigError(

@@ -190,3 +190,27 @@ async def test_a_decode_worker_killed_mid_decode_migrates_the_stream() -> None:
             )
         finally:
             await backend.aclose()
+
+
+async def test_the_frontend_embedded_router_sends_cold_prompts_to_its_prefill_workers() -> None:
+    with Processes() as procs:
+        prefill_url, _ = procs.worker(*FLAGS, "--role", "prefill", "--sim-speedup", "1")
+        decode_url, _ = procs.worker(*FLAGS, "--role", "decode", "--sim-speedup", "1")
+        for url in (prefill_url, decode_url):
+            await asyncio.to_thread(wait_ready, url)
+        config = FrontendConfig.model_validate(
+            {"worker_urls": [decode_url], "prefill_worker_urls": [prefill_url], "block_size": BS}
+        )
+        backend = await connect(config)
+        try:
+            assert await until(lambda: _live(backend, 2), 30), procs.logs()
+            stream, n = await run(backend.dispatcher(), "s1", prompt(5, COLD))
+            assert n == 16 and stream.decision.worker == decode_url
+            assert stream.prefill is not None and stream.prefill.outcome == "remote"
+            assert stream.prefill.plan.prefill_worker == prefill_url
+        finally:
+            await backend.aclose()
+
+
+async def _live(backend: Backend, n: int) -> bool:
+    return len(backend.workers()) >= n

@@ -194,7 +194,12 @@ class DispatchedStream:
                 # The attention-DP rank whose cache the router chose: the worker pins it there.
                 request = replace(request, dp_rank=decision.dp_rank)
             if decision.prefill is not None:
-                request = await self._prefill(decision, decision.prefill, request)
+                try:
+                    request = await self._prefill(decision, decision.prefill, request)
+                except BaseException:  # cancelled (the client left): the decode worker's load ends too
+                    self._track(None)
+                    await asyncio.shield(self._dispatcher.router.finish(decision))
+                    raise
             # A task, so that `interrupt` can end an open a hung worker never answers.
             self._opening = asyncio.ensure_future(transport.open(request))
             try:

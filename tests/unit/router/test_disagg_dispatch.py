@@ -146,3 +146,34 @@ async def test_the_sim_holds_kv_until_pulled_once() -> None:
         assert await e.kv_pull(replace(held, handle="nope")) is None
     finally:
         await e.stop()
+
+
+class HungPrefill:
+    """A prefill worker that accepts the request and never answers."""
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+
+    async def open(self, request: GenerateRequest) -> StepStream:
+        self.opened.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_client_gone_during_remote_prefill_leaves_no_load_behind() -> None:
+    b = backend()
+    await b.start()
+    try:
+        hung = HungPrefill()
+        b._transports["p0"] = hung  # type: ignore[assignment]
+        task = asyncio.create_task(b.generate(*request(list(range(1, 2001)), "r1")))
+        await asyncio.wait_for(hung.opened.wait(), 5)
+        assert b.router.placement.inflight("p0") == 1 and b.router.backlog("p0") > 0
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for worker in ("d0", "d1", "p0"):
+            assert b.router.placement.inflight(worker) == 0, worker
+        assert b.router.backlog("p0") == 0
+    finally:
+        await b.stop()

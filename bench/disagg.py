@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,8 +200,8 @@ class Summary:
 def summarise(r: Result, trace: Trace) -> Summary:
     turns = r.measured(trace.warmup_s)
     ttfts = [t.ttft for t in turns]
-    cold = [t.ttft for t in turns if t.cold] or [0.0]
-    warm = [t.ttft for t in turns if not t.cold] or [0.0]
+    cold = [t.ttft for t in turns if t.cold] or [math.nan]  # none measured: shown as nan
+    warm = [t.ttft for t in turns if not t.cold] or [math.nan]
     itls = [g for t in turns for g in t.itls]
     window = max(1e-9, r.sim_seconds - trace.warmup_s)
     return Summary(
@@ -258,6 +259,7 @@ def main() -> int:
     # A replica's KV: 100K blocks = 3.2M tokens, so sessions of 50-150K tokens are not evicted under
     # any deployment (the comparison is about interference, not capacity).
     parser.add_argument("--kv-blocks", type=int, default=100_000, help="KV cache per worker, in blocks")
+    parser.add_argument("--slots", type=int, default=None, help="concurrent sessions (default 120; quick 60)")
     parser.add_argument("--deployments", nargs="+", default=list(DEPLOYMENTS), choices=DEPLOYMENTS)
     parser.add_argument("--plot", type=Path, default=ROOT / "bench" / "results" / "disagg.png")
     args = parser.parse_args()
@@ -267,6 +269,8 @@ def main() -> int:
     else:
         trace = Trace()
         gpus, prefill = args.gpus or 8, args.prefill_gpus or 4
+    if args.slots is not None:
+        trace = replace(trace, slots=args.slots)
     timing = load_profile(args.profile).timing
     derived = default_threshold(timing)
     print(

@@ -294,6 +294,8 @@ class UpConfig(FrontendConfig):
     def _prefill_workers_without_autoscale(self) -> UpConfig:
         if self.prefill_workers and self.autoscale is not None:
             raise ValueError("--prefill-workers and --autoscale do not combine (the planner scales one pool)")
+        if self.prefill_worker_urls:
+            raise ValueError("agentserve up runs its workers in-process: use --prefill-workers N")
         return self
 
     @model_validator(mode="after")

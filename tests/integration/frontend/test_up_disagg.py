@@ -55,3 +55,5 @@ def test_aggregated_up_has_no_prefill_record(tmp_path: Path) -> None:
 def test_prefill_workers_do_not_combine_with_autoscale() -> None:
     with pytest.raises(ValueError, match="prefill-workers"):
         UpConfig.model_validate({"prefill_workers": 1, "autoscale": "1:2"})
+    with pytest.raises(ValueError, match="in-process"):
+        UpConfig.model_validate({"prefill_worker_urls": ["http://127.0.0.1:8200"]})

@@ -170,6 +170,13 @@ class FrontendConfig(PromptConfig):
     def _prefill_worker_urls(cls, value: list[str]) -> list[str]:
         return _url_list(value, "prefill worker")
 
+    @model_validator(mode="after")
+    def _prefill_urls_apart(self) -> FrontendConfig:
+        both = set(self.worker_urls) & set(self.prefill_worker_urls)
+        if both:
+            raise ValueError(f"a worker is a decode or a prefill worker, not both: {', '.join(sorted(both))}")
+        return self
+
     @field_validator("router_url")
     @classmethod
     def _router_url(cls, value: str | None) -> str | None:
@@ -348,6 +355,18 @@ class RouterConfig(_Config):
     @classmethod
     def _prefill_workers(cls, value: list[str]) -> list[str]:
         return _url_list(value, "prefill worker")
+
+    @model_validator(mode="after")
+    def _prefill_pool_is_its_own(self) -> RouterConfig:
+        both = set(self.workers) & set(self.prefill_workers)
+        if both:
+            raise ValueError(
+                f"a worker is in workers or prefill_workers, not both: {', '.join(sorted(both))}"
+            )
+        if self.prefill_workers and self.discovery == "kubernetes":
+            # Kubernetes discovery follows one Service; a prefill pool's is not discovered yet.
+            raise ValueError("prefill_workers are static URLs: they need discovery: static")
+        return self
 
     prefill_threshold_tokens: int | None = Field(
         None,

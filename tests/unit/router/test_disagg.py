@@ -187,3 +187,11 @@ def test_the_threshold_policy_goes_remote_whatever_the_backlog() -> None:
     assert plan.where == "remote" and plan.remote_ttft_s > 1e6
     c = core(prefill_policy="threshold")
     assert c.decide(route(400)).prefill.where == "remote"  # type: ignore[union-attr]
+
+
+def test_the_prefill_pool_is_static_and_apart_from_the_decode_workers() -> None:
+    url = "http://10.0.0.5:8200"
+    with pytest.raises(ValueError, match="not both"):
+        RouterConfig(workers=[url], prefill_workers=[url])
+    with pytest.raises(ValueError, match="discovery: static"):
+        RouterConfig(prefill_workers=[url], discovery="kubernetes", worker_service="w")

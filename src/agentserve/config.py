@@ -364,8 +364,11 @@ class RouterConfig(_Config):
                 f"a worker is in workers or prefill_workers, not both: {', '.join(sorted(both))}"
             )
         if self.prefill_workers and self.discovery == "kubernetes":
-            # Kubernetes discovery follows one Service; a prefill pool's is not discovered yet.
-            raise ValueError("prefill_workers are static URLs: they need discovery: static")
+            raise ValueError(
+                "prefill_workers are static URLs (discovery: static); use prefill_worker_service"
+            )
+        if self.prefill_worker_service and self.discovery != "kubernetes":
+            raise ValueError("prefill_worker_service needs discovery: kubernetes")
         return self
 
     prefill_threshold_tokens: int | None = Field(
@@ -390,6 +393,10 @@ class RouterConfig(_Config):
     )
     discovery: Literal["static", "kubernetes"] = Field("static", description="how workers are found")
     worker_service: str | None = Field(None, description="Kubernetes Service of the workers")
+    prefill_worker_service: str | None = Field(
+        None,
+        description="Kubernetes Service of the prefill workers (discovery: kubernetes)",
+    )
     namespace: str | None = Field(None, description="namespace of the worker Service")
     max_inflight_per_worker: int = Field(
         256, ge=1, description="requests a worker may run before new ones wait in the priority queue"

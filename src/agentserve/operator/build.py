@@ -610,6 +610,7 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             # Disaggregated prefill (docs/router.md): the operator builds no prefill pool yet, so the
             # router has no prefill workers and these keep their defaults.
             "prefill_workers",
+            "prefill_worker_service",
             "prefill_threshold_tokens",
             "prefill_policy",
             "kv_link",

@@ -67,8 +67,10 @@ class RouterCore:
         self.decisions = 0
         self.resyncs = 0
         # Roles by worker: the static prefill pool from the configuration, others as they join.
-        self._static_prefill = {w.strip().rstrip("/") for w in config.prefill_workers}  # ids as discovery's
-        self._roles: dict[str, Role] = dict.fromkeys(self._static_prefill, "prefill")
+        # The prefill pool: static URLs (ids as discovery makes them) and what discovery found.
+        self._static_prefill = {w.strip().rstrip("/") for w in config.prefill_workers}
+        self._prefill_pool = set(self._static_prefill)
+        self._roles: dict[str, Role] = dict.fromkeys(self._prefill_pool, "prefill")
         # The prefill decision's model: the engine profile's timing and the KV link (router/disagg).
         self.timing = load_profile(config.profile or DEFAULT_PROFILE).timing
         self.kv_link = kv_link(config.kv_link)
@@ -110,11 +112,18 @@ class RouterCore:
             del self._prefilling[ticket]
         if worker in self._workers:
             self._workers.remove(worker)
-        if worker not in self._static_prefill:
+        if worker not in self._prefill_pool:
             self._roles.pop(worker, None)
         for key in self._targets.pop(worker, [worker]):
             self.index.remove_worker(key)
         self.placement.forget_worker(worker)
+
+    def set_prefill_pool(self, workers: Iterable[str]) -> None:
+        """The prefill workers discovery found (beside the static ones): their role, whenever they
+        join. Workers that left the pool keep routing as they are until they leave."""
+        self._prefill_pool = self._static_prefill | set(workers)
+        for worker in self._prefill_pool:
+            self._roles[worker] = "prefill"
 
     def role(self, worker: str) -> Role:
         return self._roles.get(worker, "both")

@@ -129,6 +129,9 @@ def encode_request(request: GenerateRequest) -> Frame:
     return body
 
 
+MAX_HANDLE_CHARS = 16384  # TensorRT-LLM's handle carries its DisaggregatedParams (opaque state included)
+
+
 def encode_kv_transfer(t: KvTransfer) -> Frame:
     return {"handle": t.handle, "tokens": t.tokens, "source": t.source, "seconds": t.seconds}
 
@@ -138,8 +141,10 @@ def decode_kv_transfer(raw: Any) -> KvTransfer:
         raise WireError("kv_transfer must be an object of handle, tokens, source, seconds")
     handle, tokens = raw.get("handle"), raw.get("tokens")
     source, seconds = raw.get("source", ""), raw.get("seconds", 0.0)
-    if not isinstance(handle, str) or not handle or len(handle) > 512:
-        raise WireError("kv_transfer.handle must be a non-empty string of at most 512 characters")
+    if not isinstance(handle, str) or not handle or len(handle) > MAX_HANDLE_CHARS:
+        raise WireError(
+            f"kv_transfer.handle must be a non-empty string of at most {MAX_HANDLE_CHARS} characters"
+        )
     if type(tokens) is not int or tokens < 0:
         raise WireError("kv_transfer.tokens must be a non-negative integer")
     if not isinstance(source, str) or len(source) > 2048:

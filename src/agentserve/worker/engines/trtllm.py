@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from agentserve.config import WorkerConfig
@@ -39,9 +40,11 @@ from agentserve.worker.engine import (
     InvalidRequestError,
     KvEvent,
     KvSnapshot,
+    KvTransfer,
     Load,
     Step,
 )
+from agentserve.worker.engines.trtllm_disagg import context_only_params, generation_only_params, handle_of
 from agentserve.worker.engines.trtllm_mapping import (
     MissingFieldError,
     RankedKvTranslator,
@@ -75,6 +78,7 @@ FATAL_AFTER_FAILURES = 3
 class _TrtStream:
     __slots__ = (
         "_cached",
+        "_context_only",
         "_done",
         "_engine",
         "_expired",
@@ -83,14 +87,28 @@ class _TrtStream:
         "_output_tokens",
         "_prompt_tokens",
         "_reader",
+        "_received",
         "_timer",
         "aborted",
         "request_id",
         "result",
     )
 
-    def __init__(self, engine: TrtLlmEngine, request_id: str, result: Any, prompt_tokens: int) -> None:
+    def __init__(
+        self,
+        engine: TrtLlmEngine,
+        request_id: str,
+        result: Any,
+        prompt_tokens: int,
+        *,
+        context_only: bool = False,
+        received: int | None = None,
+    ) -> None:
         self._engine = engine
+        # Disaggregated prefill: name the held KV on the last step (a prefill worker's request), or
+        # say on the first step how many prompt tokens arrived (a decode worker's).
+        self._context_only = context_only
+        self._received = received
         self.request_id = request_id
         self.result = result
         self._iter = result.__aiter__()
@@ -154,6 +172,14 @@ class _TrtStream:
             first=self._first,
             aborted=self.aborted,
         )
+        if self._first and self._received is not None:
+            step = replace(step, received_tokens=self._received)
+        if self._context_only and step.finish_reason is not None and not self.aborted:
+            try:
+                handle = handle_of(getattr(self.result, "disaggregated_params", None))
+                step = replace(step, kv_transfer=KvTransfer(handle, self._prompt_tokens))
+            except InvalidRequestError as exc:  # no KV to ship: the dispatcher prefills locally
+                log.warning("context-only request %s: %s", self.request_id, exc)
         self._first = False
         self._engine._count_step(step, self._prompt_tokens)
         if step.finish_reason is not None:
@@ -202,6 +228,7 @@ class TrtLlmEngine:
         self._sampling_cls: Any = None
         self._retention_cls: Any = None  # KvCacheRetentionConfig, unless --kv-retention off
         self._scheduling_cls: Any = None  # SchedulingParams, with attention DP
+        self._disagg_cls: Any = None  # DisaggregatedParams, on a prefill or decode worker
         self._guided_cls: Any = None  # GuidedDecodingParams
         self._hub = EventHub()
         # Attention DP: one KV event stream and snapshot per rank, requests pinned to a rank.
@@ -272,6 +299,14 @@ class TrtLlmEngine:
                 from tensorrt_llm.scheduling_params import SchedulingParams
 
                 self._scheduling_cls = SchedulingParams
+            if isinstance(kwargs.get("cache_transceiver_config"), dict):  # a prefill or decode worker
+                from tensorrt_llm.disaggregated_params import DisaggregatedParams
+                from tensorrt_llm.llmapi.llm_args import CacheTransceiverConfig
+
+                self._disagg_cls = DisaggregatedParams
+                kwargs["cache_transceiver_config"] = CacheTransceiverConfig(
+                    **kwargs["cache_transceiver_config"]
+                )
             kwargs["kv_cache_config"] = KvCacheConfig(**kwargs["kv_cache_config"])
             model = kwargs.pop("model")
             return LLM(model, **kwargs), SamplingParams
@@ -329,16 +364,42 @@ class TrtLlmEngine:
             pin = scheduling_kwargs(request.dp_rank, self.dp_ranks)
             if pin is not None:  # the router's rank, where this prompt's prefix is cached
                 extra["scheduling_params"] = self._scheduling_cls(**pin)
-            result = self._llm.generate_async(prompt, sampling_params=params, streaming=True, **extra)
+            context_only, received = self._disaggregated(request, extra)
+            result = self._llm.generate_async(
+                prompt, sampling_params=params, streaming=not context_only, **extra
+            )
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(str(exc)) from exc
         except RuntimeError as exc:  # "LLM is shutting down", or the executor died
             self._fail(f"generate_async: {exc}")
             raise EngineNotReadyError(str(exc)) from exc
-        stream = _TrtStream(self, request.request_id, result, len(prompt))
+        stream = _TrtStream(
+            self, request.request_id, result, len(prompt), context_only=context_only, received=received
+        )
         self._requests[request.request_id] = stream
         self._prompt_tokens += len(prompt)
         return stream
+
+    def _disaggregated(self, request: GenerateRequest, extra: dict[str, Any]) -> tuple[bool, int | None]:
+        """Add `disaggregated_params` for a context-only or generation-only request (trtllm_disagg.py):
+        (context only, prompt tokens whose KV arrives (0: prefilled here after all)). A worker without
+        the cache transceiver (role both), or a handle that is not TensorRT-LLM's, serves the request
+        aggregated: the dispatcher falls back as it does for a failed transfer."""
+        transfer = request.kv_transfer
+        if self._disagg_cls is None:
+            return False, (0 if transfer is not None else None)
+        if request.context_only:
+            extra["disaggregated_params"] = self._disagg_cls(**context_only_params())
+            return True, None
+        if transfer is None:
+            return False, None
+        try:
+            params = generation_only_params(transfer.handle)
+        except InvalidRequestError as exc:
+            log.warning("request %s: %s; prefilling it here", request.request_id, exc)
+            return False, 0
+        extra["disaggregated_params"] = self._disagg_cls(**params)
+        return False, transfer.tokens
 
     def abort(self, request_id: str) -> bool:
         stream = self._requests.get(request_id)

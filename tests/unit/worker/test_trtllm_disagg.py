@@ -113,15 +113,33 @@ class FakeCacheTransceiverConfig:
         self.kwargs = kwargs
 
 
+class FailedTransfer:
+    """A generation-only result whose KV never came: the executor fails it before any token."""
+
+    def __aiter__(self) -> FailedTransfer:
+        return self
+
+    async def __anext__(self) -> Any:
+        raise RuntimeError("kv transfer timed out")
+
+    def abort(self) -> None:
+        pass
+
+
 class DisaggLLM(FakeLLM):
     """The stand-in LLM, taking non-streaming context-only requests and answering them with params."""
 
-    def generate_async(
+    fail_transfers = False
+
+    def generate_async(  # type: ignore[override]
         self, prompt: list[int], sampling_params: Any, streaming: bool, **extra: Any
-    ) -> Result:
+    ) -> Result | FailedTransfer:
         params = extra.get("disaggregated_params")
         context_only = params is not None and params.request_type == "context_only"
         assert streaming is not context_only  # a context-only request is not streamed
+        if params is not None and not context_only and DisaggLLM.fail_transfers:
+            self.extra = extra
+            return FailedTransfer()
         result = super().generate_async(prompt, sampling_params, True, **extra)
         self.streaming = streaming
         if context_only:
@@ -214,3 +232,20 @@ async def test_an_aggregated_worker_serves_disaggregated_requests_whole(disagg_s
     ]
     assert steps[0].received_tokens == 0 and "disaggregated_params" not in llm.extra
     await engine.stop()
+
+
+async def test_a_transfer_that_fails_is_prefilled_on_the_decode_worker(disagg_stand_in: None) -> None:
+    decode = await _engine("decode")
+    llm = FakeLLM.instances[-1]
+    DisaggLLM.fail_transfers = True
+    try:
+        prompt = list(range(1, 3 * BS + 2))
+        transfer = KvTransfer(handle_of(RECORDED), 8)
+        request = GenerateRequest("g", prompt, SamplingParams(max_tokens=2), kv_transfer=transfer)
+        steps = [s async for s in decode.generate(request)]
+    finally:
+        DisaggLLM.fail_transfers = False
+    assert steps[0].received_tokens == 0 and "".join(s.text for s in steps) == "AB"
+    assert "disaggregated_params" not in llm.extra  # the second submission is a plain one
+    assert decode.ready and decode.fatal_error is None
+    await decode.stop()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -82,6 +82,7 @@ class _TrtStream:
         "_done",
         "_engine",
         "_expired",
+        "_fallback",
         "_first",
         "_iter",
         "_output_tokens",
@@ -103,12 +104,16 @@ class _TrtStream:
         *,
         context_only: bool = False,
         received: int | None = None,
+        fallback: Callable[[], Any] | None = None,
     ) -> None:
         self._engine = engine
         # Disaggregated prefill: name the held KV on the last step (a prefill worker's request), or
         # say on the first step how many prompt tokens arrived (a decode worker's).
         self._context_only = context_only
         self._received = received
+        # A generation-only request whose KV never arrives (the transfer failed or timed out) fails
+        # before its first token: it is submitted again without the params and prefilled here.
+        self._fallback = fallback
         self.request_id = request_id
         self.result = result
         self._iter = result.__aiter__()
@@ -147,6 +152,12 @@ class _TrtStream:
             self._finish()
             raise
         except Exception as exc:  # the executor failed this request (or itself)
+            if self._fallback is not None and self._first and not self.aborted:
+                log.warning("request %s: the KV transfer failed (%s); prefilling here", self.request_id, exc)
+                self.result, self._fallback = self._fallback(), None
+                self._iter = self.result.__aiter__()
+                self._received = 0
+                return await self.__anext__()
             self._finish()
             self._engine._request_failed(exc)
             raise EngineError(f"TensorRT-LLM: {exc}") from exc
@@ -373,8 +384,22 @@ class TrtLlmEngine:
         except RuntimeError as exc:  # "LLM is shutting down", or the executor died
             self._fail(f"generate_async: {exc}")
             raise EngineNotReadyError(str(exc)) from exc
+        fallback = None
+        if "disaggregated_params" in extra and not context_only:
+            local = {k: v for k, v in extra.items() if k != "disaggregated_params"}
+            llm = self._llm
+
+            def fallback() -> Any:
+                return llm.generate_async(prompt, sampling_params=params, streaming=True, **local)
+
         stream = _TrtStream(
-            self, request.request_id, result, len(prompt), context_only=context_only, received=received
+            self,
+            request.request_id,
+            result,
+            len(prompt),
+            context_only=context_only,
+            received=received,
+            fallback=fallback,
         )
         self._requests[request.request_id] = stream
         self._prompt_tokens += len(prompt)

@@ -217,6 +217,11 @@ def summarise(r: Result, trace: Trace) -> Summary:
     )
 
 
+def _s(seconds: float, width: int, digits: int) -> str:
+    """Seconds for the table; a class with no measured turn shows a dash."""
+    return f"{'-':>{width}} " if math.isnan(seconds) else f"{seconds:>{width}.{digits}f}s"
+
+
 def plot(results: list[Result], trace: Trace, path: Path, title: str) -> None:
     import matplotlib
 
@@ -300,8 +305,8 @@ def main() -> int:
     print(header)
     for name, s in summaries.items():
         print(
-            f"{name:<12} {s.ttft50:>8.3f}s {s.ttft99:>7.2f}s {s.cold50:>8.2f}s {s.warm50:>8.3f}s "
-            f"{s.warm99:>8.2f}s {s.itl50 * 1e3:>6.1f}ms {s.itl99 * 1e3:>6.0f}ms "
+            f"{name:<12} {s.ttft50:>8.3f}s {s.ttft99:>7.2f}s {_s(s.cold50, 8, 2)} {_s(s.warm50, 8, 3)} "
+            f"{_s(s.warm99, 8, 2)} {s.itl50 * 1e3:>6.1f}ms {s.itl99 * 1e3:>6.0f}ms "
             f"{s.throughput:>7.0f} {s.remote:>6.0%}"
         )
     base = summaries.get("aggregated")

@@ -1203,6 +1203,8 @@ def _prefill_objects(
     if view is None:
         return []
     deployment = _relabelled(_deployment(view, target, "worker", files), target)
+    if spec.workers.prefill is not None and spec.workers.prefill.replicas is None:
+        del deployment["spec"]["replicas"]  # the pool's own scaler owns them (the Deployment's /scale)
     digest = hashlib.sha256()
     for key in (PREFILL_CONFIG_KEY, PREFILL_LLM_API_OPTIONS_KEY):
         if key in files:

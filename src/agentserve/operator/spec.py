@@ -509,7 +509,13 @@ class PrefillWorkersSpec(_Spec):
     the KV then moves to the decode worker. What is not set here is the decode pool's (image,
     engine, model, KV cache, node pool)."""
 
-    replicas: int = Field(1, ge=0, le=1000, description="prefill worker pods (workers.replicas: decode pods)")
+    replicas: int | None = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="prefill worker pods (workers.replicas: decode pods); null: the operator leaves them to "
+        "whoever scales the NAME-prefill-worker Deployment (kubectl scale, an HPA, a KEDA ScaledObject)",
+    )
     resources: ResourceRequirements | None = Field(
         None, description="container resources (default: workers.resources)"
     )
@@ -1036,7 +1042,7 @@ class AgentServingDeploymentSpec(_Spec):
         options = {**(w.llm_api_options or {}), **(prefill.llm_api_options or {})}
         workers = w.model_copy(
             update={
-                "replicas": prefill.replicas,
+                "replicas": prefill.replicas if prefill.replicas is not None else 1,
                 "resources": prefill.resources if prefill.resources is not None else w.resources,
                 "gpus_per_worker": prefill.gpus_per_worker,
                 "tensor_parallel_size": prefill.tensor_parallel_size or w.tensor_parallel_size,

@@ -125,3 +125,9 @@ def test_a_prefill_pool_that_cannot_serve_is_refused(change: dict[str, Any], mes
     body["model"] = {k: v for k, v in body["model"].items() if v is not None}
     with pytest.raises(ValidationError, match=message):
         AgentServingDeploymentSpec.model_validate(body)
+
+
+def test_a_prefill_pool_without_replicas_is_scaled_through_its_deployment() -> None:
+    objs = build(spec(prefill={"replicas": None}), "ds", "ns")
+    assert "replicas" not in by(objs, "Deployment", "ds-prefill-worker")["spec"]
+    assert by(objs, "Deployment", "ds-worker")["spec"]["replicas"] == 2

@@ -160,6 +160,23 @@ class FrontendConfig(PromptConfig):
     def _worker_urls(cls, value: list[str]) -> list[str]:
         return _url_list(value, "worker")
 
+    prefill_worker_urls: list[str] = Field(
+        default_factory=list,
+        description="prefill worker URLs for the embedded router (disaggregated prefill; with worker_urls)",
+    )
+
+    @field_validator("prefill_worker_urls")
+    @classmethod
+    def _prefill_worker_urls(cls, value: list[str]) -> list[str]:
+        return _url_list(value, "prefill worker")
+
+    @model_validator(mode="after")
+    def _prefill_urls_apart(self) -> FrontendConfig:
+        both = set(self.worker_urls) & set(self.prefill_worker_urls)
+        if both:
+            raise ValueError(f"a worker is a decode or a prefill worker, not both: {', '.join(sorted(both))}")
+        return self
+
     @field_validator("router_url")
     @classmethod
     def _router_url(cls, value: str | None) -> str | None:
@@ -219,6 +236,19 @@ class UpConfig(FrontendConfig):
     model: str = Field("qwen3-sim", description="model name served to clients (its family: qwen3)")
     processes: int = Field(1, ge=1, le=1, description="agentserve up runs in one process")
     workers: int = Field(2, ge=1, le=64, description="in-process sim workers")
+    prefill_workers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="in-process prefill sim workers beside the --workers decode workers: the router "
+        "sends cold prompts there and moves their KV (0: aggregated)",
+    )
+    prefill_threshold_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="uncached prompt tokens above which a prefill worker prefills (default: derived "
+        "from the sim profile's timing model)",
+    )
     script: str | None = Field(None, description="scenario file of scripted raw outputs (sim_script)")
     sim_speedup: float = Field(
         1.0, ge=0, description="sim engine time scale (2: twice as fast; 0 or inf: no waiting)"
@@ -268,6 +298,14 @@ class UpConfig(FrontendConfig):
         return f"{int(low)}:{int(high)}"
 
     @model_validator(mode="after")
+    def _prefill_workers_without_autoscale(self) -> UpConfig:
+        if self.prefill_workers and self.autoscale is not None:
+            raise ValueError("--prefill-workers and --autoscale do not combine (the planner scales one pool)")
+        if self.prefill_worker_urls:
+            raise ValueError("agentserve up runs its workers in-process: use --prefill-workers N")
+        return self
+
+    @model_validator(mode="after")
     def _planner_settings_need_autoscale(self) -> UpConfig:
         # A planner setting without a planner would be accepted and do nothing: refuse it.
         given = sorted(PLANNER_SETTINGS & self.model_fields_set)
@@ -308,8 +346,57 @@ class RouterConfig(_Config):
     def _workers(cls, value: list[str]) -> list[str]:
         return _url_list(value, "worker")
 
+    # Disaggregated prefill (docs/router.md "Prefill and decode, decided per request").
+    prefill_workers: list[str] = Field(
+        default_factory=list, description="static URLs of prefill workers (role prefill); empty: none"
+    )
+
+    @field_validator("prefill_workers")
+    @classmethod
+    def _prefill_workers(cls, value: list[str]) -> list[str]:
+        return _url_list(value, "prefill worker")
+
+    @model_validator(mode="after")
+    def _prefill_pool_is_its_own(self) -> RouterConfig:
+        both = set(self.workers) & set(self.prefill_workers)
+        if both:
+            raise ValueError(
+                f"a worker is in workers or prefill_workers, not both: {', '.join(sorted(both))}"
+            )
+        if self.prefill_workers and self.discovery == "kubernetes":
+            raise ValueError(
+                "prefill_workers are static URLs (discovery: static); use prefill_worker_service"
+            )
+        if self.prefill_worker_service and self.discovery != "kubernetes":
+            raise ValueError("prefill_worker_service needs discovery: kubernetes")
+        return self
+
+    prefill_threshold_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="prompt tokens uncached on the decode worker above which a prefill worker prefills "
+        "(default: derived from the profile's timing model)",
+    )
+    prefill_policy: Literal["cost", "threshold"] = Field(
+        "cost",
+        description="threshold: a prefill worker prefills every prompt whose uncached span exceeds the "
+        "threshold (0: every prompt); cost: only when that also costs less than local prefill "
+        "(a backlogged prefill pool leaves prompts local)",
+    )
+    kv_link: Literal["nvlink", "nvlink-b200", "rdma", "rdma-xdr"] = Field(
+        "rdma", description="link the KV crosses from prefill to decode worker (transfer cost)"
+    )
+    profile: str | None = Field(
+        None,
+        description="engine profile the prefill decision predicts with: a shipped name or a profile YAML "
+        "file (default: b200-qwen3-30b-a3b-estimate)",
+    )
     discovery: Literal["static", "kubernetes"] = Field("static", description="how workers are found")
     worker_service: str | None = Field(None, description="Kubernetes Service of the workers")
+    prefill_worker_service: str | None = Field(
+        None,
+        description="Kubernetes Service of the prefill workers (discovery: kubernetes)",
+    )
     namespace: str | None = Field(None, description="namespace of the worker Service")
     max_inflight_per_worker: int = Field(
         256, ge=1, description="requests a worker may run before new ones wait in the priority queue"
@@ -411,6 +498,17 @@ class WorkerConfig(_Config):
         le=64,
         description="attention-DP ranks of the sim engine, each with its own KV cache and per-rank KV "
         "events (as TensorRT-LLM's enable_attention_dp); sim_kv_blocks is per rank",
+    )
+    role: Literal["prefill", "decode", "both"] = Field(
+        "both",
+        description="disaggregated prefill: prefill (context-only requests, KV held for decode workers "
+        "to pull), decode, or both (aggregated); the router takes prefill workers from prefill_workers",
+    )
+    sim_kv_hold_s: float = Field(
+        60.0,
+        ge=0,
+        description="a prefill worker holds a context-only request's KV this many seconds for its "
+        "decode worker to pull, then releases it (sim engine)",
     )
 
 

@@ -182,3 +182,96 @@ def check_conversation_key(records: list[dict[str, Any]]) -> None:
 def scenario_args(scenario: str, *extra: str) -> list[str]:
     """Flags for a scripted sim: the scenario, no simulated waiting, the default model."""
     return ["--script", str(SCENARIOS / scenario), "--sim-speedup", "0", "--model", MODEL, *extra]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, process: subprocess.Popen[str], log: Path, timeout: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise StackError(f"{url} exited ({process.returncode}):\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise StackError(f"{url} not ready after {timeout} s:\n{log.read_text()}")
+
+
+@contextlib.contextmanager
+def running_split_stack(
+    workdir: Path, scenario: str, *, decode_workers: int = 2, prefill_workers: int = 1, threshold: int = 64
+) -> Iterator[Stack]:
+    """The network deployment as separate processes: `agentserve worker` ×(decode + prefill) running
+    `scenario`, `agentserve router --prefill-workers …`, `agentserve frontend --router-url …`. The
+    `Stack` is the frontend (its process; teardown ends every process)."""
+    log = workdir / "agentserve-split.log"
+    log.write_text("")
+    trace = workdir / "trace.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "PYTHONUNBUFFERED": "1"}
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> subprocess.Popen[str]:
+        with log.open("a", encoding="utf-8") as sink:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "agentserve", *args],
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        procs.append(process)
+        return process
+
+    def worker(role: str) -> str:
+        port = _free_port()
+        process = start(
+            "worker", "--engine", "sim", "--host", "127.0.0.1", "--port", str(port),
+            "--kv-events-port", str(_free_port()), "--drain-delay-s", "0", "--role", role,
+            "--model", MODEL, "--sim-script", str(SCENARIOS / scenario), "--sim-speedup", "0",
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(url + "/ready", process, log)
+        return url
+
+    try:
+        decode = [worker("decode") for _ in range(decode_workers)]
+        prefill = [worker("prefill") for _ in range(prefill_workers)]
+        router_port = _free_port()
+        router = start(
+            "router", "--host", "127.0.0.1", "--port", str(router_port),
+            *(a for url in decode for a in ("--workers", url)),
+            *(a for url in prefill for a in ("--prefill-workers", url)),
+            "--prefill-threshold-tokens", str(threshold),
+        )  # fmt: skip
+        router_url = f"http://127.0.0.1:{router_port}"
+        _wait_http(router_url + "/ready", router, log)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:  # every worker routable (their KV snapshots synced)
+            with urllib.request.urlopen(router_url + "/workers", timeout=5) as resp:
+                if json.loads(resp.read())["routable"] == decode_workers + prefill_workers:
+                    break
+            time.sleep(0.1)
+        port = _free_port()
+        frontend = start(
+            "frontend", "--host", "127.0.0.1", "--port", str(port), "--router-url", router_url,
+            "--model", MODEL, "--trace-sink", str(trace),
+        )  # fmt: skip
+        base_url = f"http://127.0.0.1:{port}"
+        _wait_http(base_url + "/ready", frontend, log)
+        yield Stack(base_url, frontend, log, trace)
+    finally:
+        for process in reversed(procs):
+            stop(process)

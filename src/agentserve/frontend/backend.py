@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentserve.config import FrontendConfig, RouterConfig
-from agentserve.router.core import RouterCore
+from agentserve.router.core import Role, RouterCore
 from agentserve.router.dispatch import (
     DispatchedStream,
     Dispatcher,
@@ -27,7 +27,7 @@ from agentserve.router.dispatch import (
     WorkerTransport,
 )
 from agentserve.router.placement import RouteRequest
-from agentserve.worker.engine import Engine, GenerateRequest, KvEvent, Retention
+from agentserve.worker.engine import Engine, GenerateRequest, KvEvent, KvTransfer, Retention
 
 if TYPE_CHECKING:
     from agentserve.router.remote import Backend as RemoteBackend
@@ -73,9 +73,13 @@ class EngineBackend:
         *,
         max_attempts: int = 3,
         max_migrations: int = 3,
+        roles: Mapping[str, Role] | None = None,
     ) -> None:
         self.engines = dict(engines)
+        self.roles = dict(roles or {})  # worker -> role (absent: both)
         self.router = RouterCore(router_config or RouterConfig.model_validate({}))
+        for engine in self.engines.values():
+            self._connect_kv(engine)
         self._transports: dict[str, WorkerTransport] = {
             w: EngineTransport(e) for w, e in self.engines.items()
         }
@@ -104,13 +108,24 @@ class EngineBackend:
         events = engine.kv_events()
         self._feeds[worker] = asyncio.create_task(self._feed(worker, engine, events), name=f"kv-{worker}")
         await engine.start()
-        self.router.add_worker(worker)
+        self.router.add_worker(worker, role=self.roles.get(worker, "both"))
+
+    def _connect_kv(self, engine: Engine) -> None:
+        """Disaggregated prefill in one process: a decode engine pulls KV from a prefill engine
+        directly (the transfer's `source` is the prefill engine's name)."""
+        if hasattr(engine, "kv_peer") and getattr(engine, "kv_peer", None) is None:
+            engine.kv_peer = self._pull
+
+    async def _pull(self, transfer: KvTransfer) -> int | None:
+        pull = getattr(self.engines.get(transfer.source), "kv_pull", None)
+        return None if pull is None else await pull(transfer)
 
     async def add_engine(self, worker: str, engine: Engine) -> None:
         """One more in-process engine: started (a sim's model load takes its time), then routed to."""
         if worker in self.engines:
             raise ValueError(f"worker {worker!r} exists")
         self.engines[worker] = engine
+        self._connect_kv(engine)
         self._transports[worker] = EngineTransport(engine)
         await self._start_engine(worker, engine)
 
@@ -174,6 +189,7 @@ class EngineBackend:
             "routed_workers": len(self.router.workers),
             "queued": stats.queued,
             "decisions": stats.decisions,
+            "prefill_decisions": dict(self.router.prefill_decisions),
         }
 
 

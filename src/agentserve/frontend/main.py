@@ -23,6 +23,11 @@ def build_backend(config: FrontendConfig) -> Backend:
             "no workers: pass --router-url (a router service) or --worker-urls URL (repeatable) to embed "
             "the router (or use agentserve up)"
         )
+    if config.prefill_worker_urls and (config.router_url or not config.worker_urls):
+        raise ConfigError(
+            "--prefill-worker-urls go with --worker-urls (the embedded router); a router service takes "
+            "them as its own --prefill-workers"
+        )
     return RoutedBackend(config)
 
 

@@ -88,11 +88,12 @@ from agentserve.prompt.session import conversation_key, key_after
 from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice, splice_any
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
-from agentserve.router.dispatch import NoCapacityError, WorkerLostError
+from agentserve.router.dispatch import NoCapacityError, PrefillOutcome, WorkerLostError
 from agentserve.router.placement import RouteRequest
 from agentserve.state import open_store, state_url
 from agentserve.state.shared import SharedState
 from agentserve.telemetry import RequestTelemetry, Telemetry
+from agentserve.telemetry.trace import PrefillTrace
 from agentserve.worker.engine import GenerateRequest, Retention, SamplingParams
 from agentserve.worker.engine import InvalidRequestError as EngineInvalidRequest
 
@@ -753,6 +754,9 @@ class Frontend:
             p.trace.migrated(
                 m.from_worker, m.to_worker, m.resumed_tokens, None if gap is None else gap * 1000
             )
+        prefill = getattr(gen.stream, "prefill", None)
+        if prefill is not None:
+            p.trace.prefill_placed(prefill_trace(prefill))
         finish = gen.finish
         usage = finish.usage if finish is not None else Usage(gen.prompt_tokens, gen.output_tokens)
         if reason in ("stop", "length") and any(type(e) is ToolCallEnd for e in events):
@@ -826,3 +830,23 @@ class Frontend:
     def rejected(self, trace: RequestTelemetry, error: ApiError) -> None:
         """A request answered with an error status before (or instead of) streaming."""
         trace.rejected("client_error" if error.status < 500 else "server_error", error_code=error.code)
+
+
+def prefill_trace(o: PrefillOutcome) -> PrefillTrace:
+    """The trace's record of a prefill decision (seconds become milliseconds)."""
+    plan = o.plan
+    remote = plan.where == "remote"
+    return PrefillTrace(
+        where=plan.where,
+        reason=plan.reason,
+        outcome=o.outcome,
+        uncached_tokens=plan.uncached_tokens,
+        threshold=plan.threshold,
+        local_ttft_ms=plan.local_ttft_s * 1000,
+        local_stall_ms=plan.local_stall_s * 1000,
+        prefill_worker=plan.prefill_worker,
+        remote_ttft_ms=None if plan.remote_ttft_s is None else plan.remote_ttft_s * 1000,
+        transfer_ms=plan.transfer_s * 1000 if remote else None,
+        prefill_ms=None if o.prefill_s is None else o.prefill_s * 1000,
+        received_tokens=o.received_tokens,
+    )

@@ -30,6 +30,7 @@ from agentserve.frontend.http import ApiKeys
 from agentserve.keyfile import decode_key
 from agentserve.prompt.pipeline import PromptPipeline
 from agentserve.prompt.template import PromptError
+from agentserve.router.core import Role
 from agentserve.worker.engine import Engine
 from agentserve.worker.main import build_engine
 
@@ -99,7 +100,10 @@ def sim_worker_config(config: UpConfig, pipeline: PromptPipeline) -> WorkerConfi
 def sim_engines(config: UpConfig, pipeline: PromptPipeline) -> dict[str, Engine]:
     worker = sim_worker_config(config, pipeline)
     count = config.autoscale_range[0] if config.autoscale_range else config.workers
-    return {f"sim-{i}": build_engine(worker) for i in range(count)}
+    engines = {f"sim-{i}": build_engine(worker) for i in range(count)}
+    prefill = worker.model_copy(update={"role": "prefill"})
+    engines.update({f"prefill-{i}": build_engine(prefill) for i in range(config.prefill_workers)})
+    return engines
 
 
 def attach_planner(config: UpConfig, app: FastAPI, backend: EngineBackend, pipeline: PromptPipeline) -> None:
@@ -158,13 +162,25 @@ def build_up(
     pipeline = load_pipeline(config)
     if engines is None:
         engines = sim_engines(config, pipeline)
-    router = RouterConfig.model_validate({"block_size": config.block_size})
-    backend = EngineBackend(engines, router, max_migrations=config.migration_limit)
+    router = RouterConfig.model_validate(
+        {
+            "block_size": config.block_size,
+            "profile": config.sim_profile,
+            "prefill_threshold_tokens": config.prefill_threshold_tokens,
+        }
+    )
+    # Engines named prefill-* (--prefill-workers) prefill only; the others decode (or do both).
+    roles: dict[str, Role] = {w: "prefill" for w in engines if w.startswith("prefill-")}
+    backend = EngineBackend(engines, router, max_migrations=config.migration_limit, roles=roles)
     try:
         keys = keys if keys is not None else ApiKeys.load(config.api_keys_file)
     except OSError as exc:
         raise ConfigError(f"cannot read api_keys_file: {exc}") from exc
     app = create_app(config, backend, pipeline=pipeline, signer=load_signer(config), keys=keys)
+    if roles:
+        from agentserve.router.metrics import PrefillDecisionsCollector
+
+        app.state.frontend.telemetry.metrics.registry.register(PrefillDecisionsCollector(backend.router))
     if config.autoscale_range is not None:
         attach_planner(config, app, backend, pipeline)
     return app, backend

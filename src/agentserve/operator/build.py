@@ -68,6 +68,10 @@ TEMPLATE_DIR = "/etc/agentserve/chat-template"
 PROFILE_DIR = "/etc/agentserve/profile"
 PROFILE_FILE = "profile.yaml"
 LLM_API_OPTIONS_KEY = "llm-api-options.yaml"
+# The prefill pool (spec.workers.prefill): its objects' name suffix and component label, its files.
+PREFILL = "prefill-worker"
+PREFILL_CONFIG_KEY = f"{PREFILL}.yaml"
+PREFILL_LLM_API_OPTIONS_KEY = "prefill-llm-api-options.yaml"
 INLINE_TEMPLATE_KEY = "chat-template.jinja"
 RUN_AS = 1000
 
@@ -106,6 +110,11 @@ class Target:
         of its own name for the pods' DNS, and NAME-worker is ours (leaders only, for the router).
         Short, because a StatefulSet name + "-" + group index must stay within 52 characters."""
         return f"{self.name}-lws"
+
+    @property
+    def prefill_workers(self) -> str:
+        """The prefill pool's Deployment, Service and PDB (`spec.workers.prefill`)."""
+        return f"{self.name}-{PREFILL}"
 
     @property
     def config_map(self) -> str:
@@ -561,6 +570,26 @@ MAPPINGS: tuple[Mapping, ...] = (
     ),
     Mapping("(fixed)", "router", "discovery", lambda c: "kubernetes", "EndpointSlices of the worker Service"),
     Mapping("(metadata.name)", "router", "worker_service", lambda c: c.target.child("worker")),
+    Mapping(
+        "workers.prefill",
+        "router",
+        "prefill_worker_service",
+        lambda c: c.target.prefill_workers if c.spec.workers.prefill is not None else None,
+        "EndpointSlices of the prefill pool's Service",
+    ),
+    Mapping(
+        "workers.prefill.thresholdTokens",
+        "router",
+        "prefill_threshold_tokens",
+        _s(lambda s: s.workers.prefill.threshold_tokens if s.workers.prefill is not None else None),
+    ),
+    Mapping(
+        "workers.prefill",
+        "worker",
+        "role",
+        _s(lambda s: "decode" if s.workers.prefill is not None else None),
+        "decode beside a prefill pool (whose pods get role prefill), else both",
+    ),
     Mapping("(metadata.namespace)", "router", "namespace", lambda c: c.target.namespace),
     Mapping("(fixed)", "frontend", "port", lambda c: PORTS["frontend"]),
     Mapping("(fixed)", "router", "port", lambda c: PORTS["router"]),
@@ -587,6 +616,7 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "accept_any_model",
             "ping_interval_s",
             "worker_urls",
+            "prefill_worker_urls",
             "call_memory_turns",
             "response_store_size",
             "state_entries",
@@ -606,6 +636,12 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             "ticket_ttl_s",
             # Host-tier pricing: the default matches PCIe copy vs recompute (docs/router.md).
             "host_hit_weight",
+            # Disaggregated prefill (docs/router.md): the prefill pool is discovered from its Service
+            # (prefill_worker_service); the decision's model keeps the router's defaults.
+            "prefill_workers",
+            "prefill_policy",
+            "kv_link",
+            "profile",
         }
     ),
     "worker": frozenset(
@@ -628,6 +664,8 @@ COMPONENT_DEFAULTS: dict[Component, frozenset[str]] = {
             # A sim replica spanning nodes is for benchmarks; a sim worker pod is one node (CEL).
             "sim_nodes",
             "sim_interconnect",
+            # Disaggregated prefill: a prefill worker holds KV for pulls the sim's default time.
+            "sim_kv_hold_s",
         }
     ),
 }
@@ -654,6 +692,27 @@ def config_files(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, 
     planner = planner_config(spec, target)
     if planner is not None:
         files[f"{PLANNER}.yaml"] = config_to_yaml(planner)
+    files.update(_prefill_files(spec, target))
+    return files
+
+
+def _prefill_files(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, str]:
+    """The prefill pool's worker config (the decode workers' with the pool's settings, role prefill)
+    and its LLM API options."""
+    view = spec.prefill_view()
+    if view is None:
+        return {}
+    worker = render_configs(view, target)["worker"]
+    options = view.workers.llm_api_options
+    update: dict[str, Any] = {
+        "role": "prefill",
+        "extra_llm_api_options": posixpath.join(CONFIG_DIR, PREFILL_LLM_API_OPTIONS_KEY) if options else None,
+    }
+    files = {
+        PREFILL_CONFIG_KEY: config_to_yaml(WorkerConfig.model_validate({**worker.model_dump(), **update}))
+    }
+    if options:
+        files[PREFILL_LLM_API_OPTIONS_KEY] = yaml.safe_dump(options, sort_keys=True)
     return files
 
 
@@ -1114,6 +1173,71 @@ def _pdb(spec: AgentServingDeploymentSpec, target: Target, component: Component)
     }
 
 
+def _relabelled(obj: Any, target: Target) -> Any:
+    """A decode-pool object as the prefill pool's: its name, component label and config file."""
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            if key == L_COMPONENT and value == "worker":
+                out[key] = PREFILL
+            elif key == "name" and value == target.child("worker"):
+                out[key] = target.prefill_workers
+            else:
+                out[key] = _relabelled(value, target)
+        return out
+    if isinstance(obj, list):
+        return [_relabelled(v, target) for v in obj]
+    if obj == posixpath.join(CONFIG_DIR, "worker.yaml"):
+        return posixpath.join(CONFIG_DIR, PREFILL_CONFIG_KEY)
+    return obj
+
+
+def _prefill_objects(
+    spec: AgentServingDeploymentSpec, target: Target, files: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The prefill pool (`spec.workers.prefill`): the decode pool's Service, Deployment and PDB built
+    from the pool's view of the spec, renamed and relabelled (component `prefill-worker`), reading
+    its own config file. Scaled by `workers.prefill.replicas` (the CR's scale subresource is the
+    decode pool's)."""
+    view = spec.prefill_view()
+    if view is None:
+        return []
+    deployment = _relabelled(_deployment(view, target, "worker", files), target)
+    if spec.workers.prefill is not None and spec.workers.prefill.replicas is None:
+        del deployment["spec"]["replicas"]  # the pool's own scaler owns them (the Deployment's /scale)
+    digest = hashlib.sha256()
+    for key in (PREFILL_CONFIG_KEY, PREFILL_LLM_API_OPTIONS_KEY):
+        if key in files:
+            digest.update(key.encode() + b"\0" + files[key].encode() + b"\0")
+    deployment["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] = digest.hexdigest()[
+        :16
+    ]
+    return [
+        _relabelled(_service(view, target, "worker"), target),
+        deployment,
+        _relabelled(_pdb(view, target, "worker"), target),
+    ]
+
+
+def _kv_transfer_policy(spec: AgentServingDeploymentSpec, target: Target) -> dict[str, Any]:
+    """Decode and prefill workers reach each other on any port: the KV moves over the sim's
+    /kv/pull or TensorRT-LLM's cache transceiver (UCX/NIXL pick their ports)."""
+    pools = {
+        "matchLabels": {L_NAME: "agentserve", L_INSTANCE: target.name},
+        "matchExpressions": [{"key": L_COMPONENT, "operator": "In", "values": ["worker", PREFILL]}],
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": object_meta(target, f"{target.name}-kv-transfer"),
+        "spec": {
+            "podSelector": pools,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": pools}]}],
+        },
+    }
+
+
 def spans_nodes(spec: AgentServingDeploymentSpec) -> bool:
     return spec.resolved_nodes_per_worker() > 1
 
@@ -1413,7 +1537,7 @@ def _network_policy(spec: AgentServingDeploymentSpec, target: Target) -> dict[st
         {"podSelector": {"matchLabels": {L_NAME: "agentserve", L_INSTANCE: target.name}}}
     ]
     peers += [dict(p) for p in spec.network_policy.extra_ingress_from]
-    internal = ["router", "worker"]
+    internal = ["router", "worker", *([PREFILL] if spec.workers.prefill is not None else [])]
     ports: list[dict[str, Any]] = [
         {"protocol": "TCP", "port": PORTS["router"]},
         {"protocol": "TCP", "port": PORTS["worker"]},
@@ -1499,12 +1623,15 @@ def build(
     objects += [_deployment(spec, target, c, files) for c in COMPONENTS if c != "worker"]
     objects.append(_worker_workload(spec, target, files))
     objects += [_pdb(spec, target, c) for c in COMPONENTS]
+    objects += _prefill_objects(spec, target, files)
     if spec.autoscaling is not None:
         objects += _planner_objects(spec, target, files)
     if spec.frontend.autoscaling is not None:
         objects.append(_frontend_autoscaler(spec, target))
     if spec.network_policy.enabled:
         objects.append(_network_policy(spec, target))
+        if spec.workers.prefill is not None:
+            objects.append(_kv_transfer_policy(spec, target))
     if spec.observability.service_monitor.enabled:
         objects.append(_service_monitor(spec, target))
     return objects

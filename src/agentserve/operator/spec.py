@@ -502,6 +502,44 @@ class SimSpec(_Spec):
     )
 
 
+class PrefillWorkersSpec(_Spec):
+    """The prefill pool (disaggregated prefill, docs/router.md): workers with role prefill beside
+    `workers`, which become the decode pool. The router prefills a request here only when its
+    uncached prompt exceeds the threshold and that costs less than prefilling on its decode worker;
+    the KV then moves to the decode worker. What is not set here is the decode pool's (image,
+    engine, model, KV cache, node pool)."""
+
+    replicas: int | None = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="prefill worker pods (workers.replicas: decode pods); null: the operator leaves them to "
+        "whoever scales the NAME-prefill-worker Deployment (kubectl scale, an HPA, a KEDA ScaledObject)",
+    )
+    resources: ResourceRequirements | None = Field(
+        None, description="container resources (default: workers.resources)"
+    )
+    gpus_per_worker: int | None = Field(
+        None, ge=0, le=8, description="GPUs per prefill pod (default: tensor × pipeline parallel size)"
+    )
+    tensor_parallel_size: int | None = Field(
+        None, ge=1, le=16, description="tensor parallel size (default: workers.tensorParallelSize)"
+    )
+    pipeline_parallel_size: int | None = Field(
+        None, ge=1, le=16, description="pipeline parallel size (default: workers.pipelineParallelSize)"
+    )
+    llm_api_options: LlmApiOptions | None = Field(
+        None,
+        description="TensorRT-LLM LLM API options of the prefill pool, merged over workers.llmApiOptions",
+    )
+    threshold_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="uncached prompt tokens above which the prefill pool prefills (default: derived from "
+        "the engine profile's timing model)",
+    )
+
+
 class WorkersSpec(ComponentSpec):
     """The inference workers."""
 
@@ -551,6 +589,11 @@ class WorkersSpec(ComponentSpec):
     # No default object: the apiserver would default it into every CR and the rule below would
     # refuse every trtllm CR.
     sim: SimSpec | None = Field(None, description="the simulated engine (engine: sim only)")
+    prefill: PrefillWorkersSpec | None = Field(
+        None,
+        description="a prefill pool beside these workers, which then decode: disaggregated prefill decided "
+        "per request by the router (unset: every worker prefills and decodes)",
+    )
     update_strategy: Literal["surge", "replace"] = Field(
         "surge",
         description="surge: a new worker loads beside the old ones, which keep serving (needs the GPUs of "
@@ -592,6 +635,26 @@ class WorkersSpec(ComponentSpec):
             ),
         ),
     )
+
+    @model_validator(mode="after")
+    def _prefill_pool_fits(self) -> WorkersSpec:
+        # Not in CEL: llmApiOptions has no CEL type (see below); the operator refuses these with
+        # Ready=False InvalidSpec before anything is applied.
+        prefill = self.prefill
+        if prefill is None:
+            return self
+        if self.engine == "sim" and (
+            (prefill.tensor_parallel_size or 1) > 1
+            or (prefill.pipeline_parallel_size or 1) > 1
+            or prefill.gpus_per_worker
+        ):
+            raise ValueError("the sim engine uses no GPU: leave workers.prefill's parallelism and GPUs unset")
+        options = prefill.llm_api_options or {}
+        if options and self.llm_api_options_check == "pinned":
+            unknown = unknown_llm_api_options(options)
+            if unknown:
+                raise ValueError("workers.prefill." + _unknown_option_message(unknown))
+        return self
 
     @model_validator(mode="after")
     def _options_do_not_shadow_fields(self) -> WorkersSpec:
@@ -951,6 +1014,45 @@ class AgentServingDeploymentSpec(_Spec):
             ),
         ),
     )
+
+    @model_validator(mode="after")
+    def _prefill_pool_is_servable(self) -> AgentServingDeploymentSpec:
+        view = self.prefill_view()
+        if view is None or view.workers.engine == "sim":
+            return self
+        if view.replica_gpus() > self.node_pool.gpus_per_node:
+            raise ValueError(
+                f"a prefill worker runs on one node: workers.prefill's tensor × pipeline parallel size "
+                f"({view.replica_gpus()}) exceeds nodePool.gpusPerNode ({self.node_pool.gpus_per_node})"
+            )
+        if self.model.context_length is None:
+            raise ValueError(
+                "workers.prefill needs model.contextLength: the KV transfer buffer holds the longest prompt"
+            )
+        return self
+
+    def prefill_view(self) -> AgentServingDeploymentSpec | None:
+        """This spec as its prefill pool sees it: `workers` with the pool's replicas, resources,
+        parallelism and LLM API options (the rest is the decode pool's), no prefill pool of its own,
+        no planner. None without `workers.prefill`."""
+        prefill = self.workers.prefill
+        if prefill is None:
+            return None
+        w = self.workers
+        options = {**(w.llm_api_options or {}), **(prefill.llm_api_options or {})}
+        workers = w.model_copy(
+            update={
+                "replicas": prefill.replicas if prefill.replicas is not None else 1,
+                "resources": prefill.resources if prefill.resources is not None else w.resources,
+                "gpus_per_worker": prefill.gpus_per_worker,
+                "tensor_parallel_size": prefill.tensor_parallel_size or w.tensor_parallel_size,
+                "pipeline_parallel_size": prefill.pipeline_parallel_size or w.pipeline_parallel_size,
+                "nodes_per_worker": None,
+                "llm_api_options": options or None,
+                "prefill": None,
+            }
+        )
+        return self.model_copy(update={"workers": workers, "autoscaling": None})
 
     def replica_gpus(self) -> int:
         """GPUs of one model replica: tensor × pipeline parallel size."""

@@ -11,14 +11,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol
 
 from agentserve.config import RouterConfig
+from agentserve.router.disagg import PrefillCandidate, decide_prefill, default_threshold
 from agentserve.router.index import IndexStats, KvIndex, target
 from agentserve.router.placement import Decision, NoWorkerError, Placement, RouteRequest
 from agentserve.router.queue import AdmissionQueue
 from agentserve.worker.engine import MEDIUM_CPU, AllCleared, BlockRemoved, BlockStored, KvEvent, KvSnapshot
+from agentserve.worker.kvtransfer import kv_link
+from agentserve.worker.profiles import DEFAULT_PROFILE, load_profile
+
+# A worker's role: `both` prefills and decodes (aggregated, the default); `prefill` only prefills
+# requests whose KV then moves to a decode worker; `decode` serves requests, prefilling short
+# uncached spans itself (as `both` does) but never taking a remote prefill.
+Role = Literal["prefill", "decode", "both"]
+ROLES: tuple[Role, ...] = ("prefill", "decode", "both")
 
 
 class Router(Protocol):
@@ -57,6 +66,19 @@ class RouterCore:
         self._queue: AdmissionQueue[asyncio.Future[None]] = AdmissionQueue(config.queue_max)
         self.decisions = 0
         self.resyncs = 0
+        # Roles by worker: the static prefill pool from the configuration, others as they join.
+        # The prefill pool: static URLs (ids as discovery makes them) and what discovery found.
+        self._static_prefill = {w.strip().rstrip("/") for w in config.prefill_workers}
+        self._prefill_pool = set(self._static_prefill)
+        self._roles: dict[str, Role] = dict.fromkeys(self._prefill_pool, "prefill")
+        # The prefill decision's model: the engine profile's timing and the KV link (router/disagg).
+        self.timing = load_profile(config.profile or DEFAULT_PROFILE).timing
+        self.kv_link = kv_link(config.kv_link)
+        threshold = config.prefill_threshold_tokens
+        self.prefill_threshold = default_threshold(self.timing) if threshold is None else threshold
+        self.prefill_decisions: dict[str, int] = {"local": 0, "remote": 0}
+        # Remote prefills not finished: ticket -> (prefill worker, its predicted prefill seconds).
+        self._prefilling: dict[int, tuple[str, float]] = {}
 
     # -- membership --------------------------------------------------------------------------------
 
@@ -64,9 +86,15 @@ class RouterCore:
     def workers(self) -> tuple[str, ...]:
         return tuple(self._workers)
 
-    def add_worker(self, worker: str, dp_rank: int | None = None) -> None:
+    def add_worker(self, worker: str, dp_rank: int | None = None, role: Role | None = None) -> None:
         """Make `worker` routable, or one more attention-DP rank of it (each rank is placed and
-        indexed on its own: ranks do not share KV blocks)."""
+        indexed on its own: ranks do not share KV blocks). A `prefill` worker only takes remote
+        prefills (the requests' decode goes elsewhere); `role` None keeps the role it has (from
+        `prefill_workers`, or an earlier add), else `both`."""
+        if role is not None:
+            if role not in ROLES:
+                raise ValueError(f"unknown worker role {role!r}")
+            self._roles[worker] = role
         key = target(worker, dp_rank)
         keys = self._targets.setdefault(worker, [])
         if key not in keys:
@@ -80,11 +108,25 @@ class RouterCore:
     def remove_worker(self, worker: str) -> None:
         """Forget a worker that left or failed: its blocks (every rank's) and in-flight load are
         purged."""
+        for ticket in [t for t, (w, _) in self._prefilling.items() if w == worker]:
+            del self._prefilling[ticket]
         if worker in self._workers:
             self._workers.remove(worker)
+        if worker not in self._prefill_pool:
+            self._roles.pop(worker, None)
         for key in self._targets.pop(worker, [worker]):
             self.index.remove_worker(key)
         self.placement.forget_worker(worker)
+
+    def set_prefill_pool(self, workers: Iterable[str]) -> None:
+        """The prefill workers discovery found (beside the static ones): their role, whenever they
+        join. Workers that left the pool keep routing as they are until they leave."""
+        self._prefill_pool = self._static_prefill | set(workers)
+        for worker in self._prefill_pool:
+            self._roles[worker] = "prefill"
+
+    def role(self, worker: str) -> Role:
+        return self._roles.get(worker, "both")
 
     def targets(self, worker: str) -> tuple[str, ...]:
         """`worker`'s index keys: itself, or one per attention-DP rank."""
@@ -127,7 +169,7 @@ class RouterCore:
         """Return once some worker outside `exclude` has room, waiting in the priority queue while
         all are saturated (returns without suspending when one has room)."""
         while self.saturated(exclude):
-            if not [w for w in self._workers if w not in exclude]:
+            if not [w for w in self._serving() if w not in exclude]:
                 raise NoWorkerError("no worker available")
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             try:
@@ -140,19 +182,51 @@ class RouterCore:
                 self._queue.cancel(entry)
 
     def decide(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision:
-        """Place now, ignoring saturation (the route API and benchmarks use it directly)."""
+        """Place now, ignoring saturation (the route API and benchmarks use it directly): a decode
+        worker, and where prefill workers exist, where the prompt is prefilled."""
         overlaps = self.index.overlaps(request.block_hashes) if self.config.policy == "kv" else {}
         on_host = self.index.host_overlaps(request.block_hashes, overlaps) if overlaps else {}
         targets = self._targets
-        candidates = [k for w in self._workers if w not in exclude for k in targets.get(w, (w,))]
+        candidates = [k for w in self._serving() if w not in exclude for k in targets.get(w, (w,))]
         decision = self.placement.choose(request, candidates, overlaps, frozenset(), on_host)
         self.decisions += 1
-        return decision
+        pool = [w for w in self._workers if self._roles.get(w) == "prefill"]
+        if not pool:
+            return decision  # aggregated serving: no decision to make
+        prefill = [w for w in pool if w not in exclude]
+        bs = self.config.block_size
+        plan = decide_prefill(
+            self.timing,
+            self.kv_link,
+            prompt_tokens=request.prompt_tokens,
+            decode_cached_tokens=decision.overlap_blocks * bs,
+            decoding=max(0, self.placement.inflight(decision.worker) - 1),
+            threshold=self.prefill_threshold,
+            candidates=[PrefillCandidate(w, overlaps.get(w, 0) * bs, self.backlog(w)) for w in prefill],
+            compare_costs=self.config.prefill_policy == "cost",
+        )
+        if plan.where == "remote" and plan.prefill_worker is not None:
+            # The prefill worker's load until its prefill ends (the dispatcher finishes the ticket).
+            ticket = self.placement.begin(plan.prefill_worker, decision.prompt_blocks)
+            own = (plan.remote_ttft_s or 0.0) - plan.transfer_s - self.backlog(plan.prefill_worker)
+            self._prefilling[ticket] = (plan.prefill_worker, max(0.0, own))
+            plan = replace(plan, ticket=ticket)
+        self.prefill_decisions[plan.where] += 1
+        return replace(decision, prefill=plan)
+
+    def backlog(self, worker: str) -> float:
+        """Predicted seconds of remote prefill routed to `worker` and not finished."""
+        return sum(s for w, s in self._prefilling.values() if w == worker)
+
+    def _serving(self) -> list[str]:
+        """Workers that take requests end to end (roles decode and both)."""
+        return [w for w in self._workers if self._roles.get(w, "both") != "prefill"]
 
     async def finish(self, decision: Decision) -> None:
         self.finish_ticket(decision.ticket)
 
     def finish_ticket(self, ticket: int) -> None:
+        self._prefilling.pop(ticket, None)
         self.placement.finish(ticket)
         self._admit_waiting()
 
@@ -173,6 +247,8 @@ class RouterCore:
     def expire_tickets(self, max_age_s: float) -> int:
         """Stop counting requests whose caller never reported them finished (a frontend that died)."""
         expired = self.placement.expire(max_age_s)
+        for ticket in [t for t in self._prefilling if not self.placement.active(t)]:
+            del self._prefilling[ticket]
         if expired:
             self._admit_waiting()
         return expired
@@ -186,13 +262,13 @@ class RouterCore:
 
     def saturated(self, exclude: frozenset[str] = frozenset()) -> bool:
         limit = self.config.max_inflight_per_worker
-        candidates: Sequence[str] = [w for w in self._workers if w not in exclude]
+        candidates: Sequence[str] = [w for w in self._serving() if w not in exclude]
         return not candidates or all(self.placement.inflight(w) >= limit for w in candidates)
 
     def _admit_waiting(self) -> None:
         # Wake waiters while some worker has room; each re-checks and re-queues if it lost the race.
         room = sum(
-            max(0, self.config.max_inflight_per_worker - self.placement.inflight(w)) for w in self._workers
+            max(0, self.config.max_inflight_per_worker - self.placement.inflight(w)) for w in self._serving()
         )
         while room > 0:
             waiter = self._queue.pop()

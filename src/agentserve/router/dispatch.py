@@ -13,6 +13,14 @@ however it ends, the router is told so its load accounting stays right.
 Workers are reached through `WorkerTransport`s: an in-process engine (`EngineTransport`) or a
 `WorkerClient` over HTTP (`ClientTransport`), chosen by the deployment, invisible to the frontend.
 
+Disaggregated prefill: when the router's decision says `prefill.where == "remote"`, the prompt is
+first sent to the chosen prefill worker as a context-only request (one token; the worker holds the
+prompt's KV), then to the decode worker with the `KvTransfer` its last step named, which pulls the
+KV instead of prefilling. A prefill worker that fails (or holds nothing) is reported like any
+failed worker and the decode worker prefills locally; a pull that fails is the decode worker's to
+absorb (it prefills locally and says so with `received_tokens` 0). Either way the client sees one
+ordinary stream; `DispatchedStream.prefill` records what was decided and what happened.
+
 Speculative prefill (`agent_hints.speculative_prefill`): once a turn is done, the frontend hands
 `Dispatcher.speculative_prefill` the predicted next prompt (this prompt + the output + whatever
 the template adds before the next message). It is routed like the next turn will be (same
@@ -34,6 +42,7 @@ from typing import Protocol
 
 from agentserve.conversation import Usage
 from agentserve.router.core import OverloadedError, Router
+from agentserve.router.disagg import PrefillPlan
 from agentserve.router.placement import Decision, NoWorkerError, RouteRequest
 from agentserve.worker.engine import (
     Engine,
@@ -41,6 +50,7 @@ from agentserve.worker.engine import (
     GenerateRequest,
     Hints,
     InvalidRequestError,
+    KvTransfer,
     Retention,
     SamplingParams,
     Step,
@@ -76,6 +86,11 @@ class ClientTransport:
     def __init__(self, client: _Client) -> None:
         self.client = client
 
+    @property
+    def address(self) -> str:
+        """Where a decode worker pulls KV this worker holds (its URL)."""
+        return str(getattr(self.client, "base_url", ""))
+
     async def open(self, request: GenerateRequest) -> StepStream:
         return await self.client.generate(request)
 
@@ -101,6 +116,18 @@ _WORKER_FAILURES: tuple[type[BaseException], ...] = (
 class Attempt:
     worker: str
     error: str
+
+
+@dataclass(slots=True)
+class PrefillOutcome:
+    """Where the prompt was prefilled: the router's plan and what happened to it."""
+
+    plan: PrefillPlan
+    # local (as planned) | remote | prefill-failed (the prefill worker failed or held nothing:
+    # prefilled locally) | transfer-failed (the decode worker could not pull: prefilled locally)
+    outcome: str
+    prefill_s: float | None = None  # measured: the context-only request on the prefill worker
+    received_tokens: int | None = None  # prompt tokens whose KV the decode worker pulled
 
 
 @dataclass(slots=True)
@@ -140,6 +167,7 @@ class DispatchedStream:
         self.attempts: list[Attempt] = []
         self.output_token_ids: list[int] = []  # everything streamed so far (the next turn's prefix)
         self.cached_tokens: int | None = None  # prompt tokens the serving worker had cached
+        self.prefill: PrefillOutcome | None = None  # set when prefill workers exist
 
     @property
     def decision(self) -> Decision:
@@ -165,6 +193,13 @@ class DispatchedStream:
             if decision.dp_rank is not None or request.dp_rank is not None:
                 # The attention-DP rank whose cache the router chose: the worker pins it there.
                 request = replace(request, dp_rank=decision.dp_rank)
+            if decision.prefill is not None:
+                try:
+                    request = await self._prefill(decision, decision.prefill, request)
+                except BaseException:  # cancelled (the client left): the decode worker's load ends too
+                    self._track(None)
+                    await asyncio.shield(self._dispatcher.router.finish(decision))
+                    raise
             # A task, so that `interrupt` can end an open a hung worker never answers.
             self._opening = asyncio.ensure_future(transport.open(request))
             try:
@@ -188,6 +223,62 @@ class DispatchedStream:
             self._decision = decision
             return
         raise NoCapacityError(self._failure_summary("every attempt failed"))
+
+    async def _prefill(
+        self, decision: Decision, plan: PrefillPlan, request: GenerateRequest
+    ) -> GenerateRequest:
+        """Run a remote prefill and return the decode worker's request (carrying the KV transfer),
+        or `request` unchanged to prefill locally (as planned, or because the prefill failed)."""
+        worker = plan.prefill_worker
+        if plan.where != "remote" or worker is None:
+            self.prefill = PrefillOutcome(plan, "local")
+            return request
+        dispatcher = self._dispatcher
+        transport = dispatcher.workers().get(worker)
+        started = time.monotonic()
+        transfer: KvTransfer | None = None
+        failure: str | None = None
+        context = replace(
+            request,
+            request_id=f"{request.request_id}-prefill",
+            sampling=replace(request.sampling, max_tokens=1),
+            context_only=True,
+            kv_transfer=None,
+            dp_rank=None,
+            constraint=None,  # one token, discarded: the decode worker samples under the constraint
+        )
+        try:
+            if transport is None:
+                raise ConnectionError("the prefill worker is not registered")
+            stream = await transport.open(context)
+            try:
+                async for step in stream:
+                    if step.kv_transfer is not None:
+                        transfer = step.kv_transfer
+            finally:
+                with contextlib.suppress(*_WORKER_FAILURES):
+                    await stream.aclose()
+        except InvalidRequestError as exc:  # the decode worker will say so, or serve it
+            transfer, failure = None, repr(exc)
+        except _WORKER_FAILURES as exc:
+            transfer, failure = None, repr(exc)
+            log.warning(
+                "prefill worker %s failed (%s); prefilling %s locally", worker, failure, request.request_id
+            )
+            await dispatcher.router.worker_failed(worker)
+            dispatcher.on_worker_failed(worker)
+        finally:
+            if plan.ticket is not None:  # its load ends with its prefill, not with the stream
+                await dispatcher.router.finish(
+                    replace(decision, worker=worker, ticket=plan.ticket, prefill=None)
+                )
+        elapsed = time.monotonic() - started
+        if transfer is None or transfer.tokens <= 0:
+            self.prefill = PrefillOutcome(plan, "prefill-failed", elapsed)
+            return request
+        self.prefill = PrefillOutcome(plan, "remote", elapsed)
+        source = getattr(transport, "address", worker) or worker
+        return replace(request, kv_transfer=replace(transfer, source=source, seconds=plan.transfer_s))
 
     def __aiter__(self) -> AsyncIterator[Step]:
         return self._steps()
@@ -228,6 +319,10 @@ class DispatchedStream:
                     self._interrupted = False
                     await self.open()
                     continue
+                if step.received_tokens is not None and self.prefill is not None:
+                    self.prefill.received_tokens = step.received_tokens
+                    if step.received_tokens == 0 and self.prefill.outcome == "remote":
+                        self.prefill.outcome = "transfer-failed"  # the decode worker prefilled it
                 if step.token_ids or step.text:
                     self._streamed = True
                     self.output_token_ids += step.token_ids

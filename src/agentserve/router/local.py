@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from agentserve.config import ConfigError, RouterConfig
 from agentserve.router.core import OverloadedError, RouterCore
-from agentserve.router.discovery import KubeWatcher, static_endpoints
+from agentserve.router.discovery import KubeWatcher, WorkerEndpoint, static_endpoints
 from agentserve.router.ingest import Fleet
 from agentserve.router.metrics import RouterMetrics
 from agentserve.router.placement import Decision, NoWorkerError, RouteRequest
@@ -47,6 +47,8 @@ class LocalRouter:
         )
         self.metrics = RouterMetrics(self.core, self.fleet, registry)
         self._watcher: KubeWatcher | None = None
+        self._prefill_watcher: KubeWatcher | None = None  # the prefill pool's Service (disaggregation)
+        self._found: dict[str, dict[str, WorkerEndpoint]] = {"decode": {}, "prefill": {}}
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -58,11 +60,16 @@ class LocalRouter:
             if not config.worker_service:
                 raise ConfigError("discovery: kubernetes needs worker_service (the workers' Service)")
             namespace = config.namespace or _pod_namespace()
-            self._watcher = KubeWatcher(namespace, config.worker_service, self.fleet.update)
+            self._watcher = KubeWatcher(namespace, config.worker_service, self._decode_found)
             self._watcher.start()
+            if config.prefill_worker_service:
+                self._prefill_watcher = KubeWatcher(
+                    namespace, config.prefill_worker_service, self._prefill_found
+                )
+                self._prefill_watcher.start()
         else:
             try:
-                self.fleet.update(static_endpoints(config.workers))
+                self.fleet.update(static_endpoints([*config.workers, *config.prefill_workers]))
             except ValueError as exc:
                 raise ConfigError(str(exc)) from exc
         self._tasks = [
@@ -78,7 +85,18 @@ class LocalRouter:
                 await task
         if self._watcher is not None:
             await self._watcher.aclose()
+        if self._prefill_watcher is not None:
+            await self._prefill_watcher.aclose()
         await self.fleet.aclose()
+
+    def _decode_found(self, endpoints: dict[str, WorkerEndpoint]) -> None:
+        self._found["decode"] = endpoints
+        self.fleet.update({**self._found["decode"], **self._found["prefill"]})
+
+    def _prefill_found(self, endpoints: dict[str, WorkerEndpoint]) -> None:
+        self._found["prefill"] = endpoints
+        self.core.set_prefill_pool(endpoints)
+        self.fleet.update({**self._found["decode"], **self._found["prefill"]})
 
     async def _sweep_tickets(self) -> None:
         while True:

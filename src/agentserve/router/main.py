@@ -26,6 +26,7 @@ async def serve(config: RouterConfig) -> None:
         f"EndpointSlices of {config.namespace or '(pod namespace)'}/{config.worker_service}"
         if config.discovery == "kubernetes"
         else f"{len(config.workers)} static workers"
+        + (f" and {len(config.prefill_workers)} prefill workers" if config.prefill_workers else "")
     )
     log.warning(
         "agentserve router: %s policy on http://%s:%d, workers from %s",
@@ -42,7 +43,7 @@ def run(config: RouterConfig) -> int:
     if config.discovery == "kubernetes" and not config.worker_service:
         raise ConfigError("--discovery kubernetes needs --worker-service")
     try:
-        static_endpoints(config.workers)
+        static_endpoints([*config.workers, *config.prefill_workers])
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     from agentserve.eventloop import event_loop_runner

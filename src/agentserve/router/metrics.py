@@ -85,6 +85,29 @@ class RouterMetrics:
         self.queue_wait.observe(wait_s or 0.0)
 
 
+def prefill_decisions(core: RouterCore) -> CounterMetricFamily:
+    """`agentserve_router_prefill_decisions_total{where="local|remote"}`: where prompts were
+    prefilled once prefill workers exist (router/disagg.py)."""
+    family = CounterMetricFamily(
+        P + "prefill_decisions",
+        "Prefill decisions: on the decode worker (local) or on a prefill worker (remote)",
+        labels=["where"],
+    )
+    for where, count in sorted(core.prefill_decisions.items()):
+        family.add_metric([where], count)
+    return family
+
+
+class PrefillDecisionsCollector(Collector):
+    """The prefill decisions counter of an embedded router (`agentserve up --prefill-workers`)."""
+
+    def __init__(self, core: RouterCore) -> None:
+        self.core = core
+
+    def collect(self) -> Iterator[Metric]:
+        yield prefill_decisions(self.core)
+
+
 class _StateCollector(Collector):
     def __init__(self, core: RouterCore, fleet: Fleet, rate: EventRate) -> None:
         self.core = core
@@ -130,6 +153,7 @@ class _StateCollector(Collector):
         for reason, count in sorted(fleet.removals.items()):
             removals.add_metric([reason], count)
         yield removals
+        yield prefill_decisions(core)
         states = GaugeMetricFamily(P + "workers", "Known workers by state", labels=["state"])
         members = fleet.members()
         for state in State:

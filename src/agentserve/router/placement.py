@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from agentserve.config import RouterConfig
+from agentserve.router.disagg import PrefillPlan
 from agentserve.router.index import split_target
 
 DEFAULT_OSL_TOKENS = 256  # expected output when the request gives no osl hint
@@ -58,6 +59,8 @@ class Decision:
     # The attention-DP rank of `worker` chosen (None: the worker has no ranks); the worker pins
     # the request to it.
     dp_rank: int | None = None
+    # Where the prompt is prefilled (None: no prefill workers, the decode worker prefills it).
+    prefill: PrefillPlan | None = None
 
 
 class NoWorkerError(RuntimeError):
@@ -193,10 +196,14 @@ class Placement:
             worker = self._select(costs, request.session_id)
         overlap = min(overlaps.get(worker, 0), prompt_blocks)
         osl = request.osl if request.osl is not None else DEFAULT_OSL_TOKENS
-        ticket = self._begin(worker, prompt_blocks + -(-osl // bs))
+        ticket = self.begin(worker, prompt_blocks + -(-osl // bs))
         self._remember(request.session_id, worker)
         pod, rank = split_target(worker)
         return Decision(pod, overlap, prompt_blocks, costs.get(worker, 0.0), policy, ticket, costs, rank)
+
+    def active(self, ticket: int) -> bool:
+        """`ticket` is counted (not finished, not expired)."""
+        return ticket in self._inflight
 
     def finish(self, ticket: int) -> None:
         """The request of `ticket` completed (or failed): its blocks stop counting as load."""
@@ -207,7 +214,8 @@ class Placement:
         self._worker_load[flight.worker] -= flight.blocks
         self._requests[flight.worker] -= 1
 
-    def _begin(self, target: str, blocks: int) -> int:
+    def begin(self, target: str, blocks: int) -> int:
+        """Count `blocks` as load on `target` until `finish(ticket)` (a request placed there)."""
         ticket = next(self._tickets)
         worker = split_target(target)[0]
         self._inflight[ticket] = _InFlight(target, worker, blocks, self._clock())

@@ -34,7 +34,7 @@ from agentserve.router.local import EngineRouter, LocalRouter
 from agentserve.router.placement import Decision, NoWorkerError, RouteRequest
 from agentserve.router.wire import (
     Encoding,
-    decode_decision,
+    decode_routed,
     encode_route,
     encode_ticket,
     encode_worker,
@@ -125,9 +125,12 @@ class RouterClient:
     async def route(self, request: RouteRequest, exclude: frozenset[str] = frozenset()) -> Decision:
         status, body = await self._post("/route", encode_route(request, exclude, self.encoding))
         if status == 200:
-            decision, url = decode_decision(body, self.encoding)
+            decision, url, prefill_url = decode_routed(body, self.encoding)
             if url:
                 self.registry.ensure(decision.worker, url)
+            plan = decision.prefill
+            if prefill_url and plan is not None and plan.prefill_worker is not None:
+                self.registry.ensure(plan.prefill_worker, prefill_url)
             return decision
         kind, message = _error_of(body)
         if status == 503 and kind == "no_worker":
@@ -238,7 +241,11 @@ async def connect(config: FrontendConfig, *, registry: CollectorRegistry | None 
         return await remote(config.router_url)
     if config.worker_urls:
         router_config = RouterConfig.model_validate(
-            {"block_size": config.block_size, "workers": list(config.worker_urls)}
+            {
+                "block_size": config.block_size,
+                "workers": list(config.worker_urls),
+                "prefill_workers": list(config.prefill_worker_urls),
+            }
         )
         return await embedded(router_config, registry=registry)
     raise ConfigError(

@@ -152,7 +152,9 @@ def create_app(router: LocalRouter, *, manage_router: bool = True) -> ASGIApp:
             await _error(send, 503, "overloaded", str(exc))
             return
         url = fleet.url(decision.worker) or ""
-        await _respond(send, 200, encode_decision(decision, url, encoding), media_type(encoding))
+        prefill = decision.prefill.prefill_worker if decision.prefill is not None else None
+        prefill_url = (fleet.url(prefill) or "") if prefill is not None else ""
+        await _respond(send, 200, encode_decision(decision, url, encoding, prefill_url), media_type(encoding))
 
     async def finish(scope: Scope, receive: Receive, send: Send) -> None:
         read = await _read_small(scope, receive, send)

@@ -25,11 +25,12 @@ import json
 import sys
 from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import msgpack
 
+from agentserve.router.disagg import PrefillPlan
 from agentserve.router.placement import Decision, RouteRequest
 
 MSGPACK = "application/x-msgpack"
@@ -178,7 +179,9 @@ def _int(
     return value
 
 
-def encode_decision(decision: Decision, url: str, encoding: Encoding) -> bytes:
+def encode_decision(decision: Decision, url: str, encoding: Encoding, prefill_url: str = "") -> bytes:
+    """The route reply; with prefill workers, the prefill plan and the prefill worker's URL."""
+    plan = decision.prefill
     return dumps(
         {
             "worker": decision.worker,
@@ -189,14 +192,23 @@ def encode_decision(decision: Decision, url: str, encoding: Encoding) -> bytes:
             "policy": decision.policy,
             "ticket": decision.ticket,
             **({} if decision.dp_rank is None else {"dp_rank": decision.dp_rank}),
+            **({} if plan is None else {"prefill": {**asdict(plan), "url": prefill_url}}),
         },
         encoding,
     )
 
 
 def decode_decision(body: bytes, encoding: Encoding) -> tuple[Decision, str]:
+    decision, url, _ = decode_routed(body, encoding)
+    return decision, url
+
+
+def decode_routed(body: bytes, encoding: Encoding) -> tuple[Decision, str, str]:
+    """(decision, the worker's URL, the prefill worker's URL ("" without a remote prefill))."""
     data = loads(body, encoding)
     try:
+        raw = data.get("prefill")
+        plan = None if raw is None else _prefill_plan(raw)
         decision = Decision(
             str(data["worker"]),
             int(data["overlap_blocks"]),
@@ -205,10 +217,33 @@ def decode_decision(body: bytes, encoding: Encoding) -> tuple[Decision, str]:
             str(data["policy"]),
             int(data["ticket"]),
             dp_rank=None if data.get("dp_rank") is None else int(data["dp_rank"]),
+            prefill=plan,
         )
-        return decision, str(data["url"])
-    except (KeyError, TypeError, ValueError) as exc:
+        return decision, str(data["url"]), "" if raw is None else str(raw.get("url") or "")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RouteWireError(f"malformed decision: {exc}") from exc
+
+
+def _prefill_plan(raw: Mapping[str, Any]) -> PrefillPlan:
+    where = raw["where"]
+    if where not in ("local", "remote"):
+        raise ValueError(f"prefill.where {where!r}")
+    remote = raw.get("remote_ttft_s")
+    worker = raw.get("prefill_worker")
+    ticket = raw.get("ticket")
+    return PrefillPlan(
+        where,
+        str(raw["reason"]),
+        int(raw["uncached_tokens"]),
+        int(raw["threshold"]),
+        float(raw["local_ttft_s"]),
+        float(raw["local_stall_s"]),
+        prefill_worker=None if worker is None else str(worker),
+        remote_ttft_s=None if remote is None else float(remote),
+        transfer_tokens=int(raw.get("transfer_tokens", 0)),
+        transfer_s=float(raw.get("transfer_s", 0.0)),
+        ticket=None if ticket is None else int(ticket),
+    )
 
 
 # -- /finish, /worker_failed -----------------------------------------------------------------------

@@ -27,7 +27,7 @@ from agentserve.telemetry.tool_events import (
     decode_tool_events,
     decode_zmq_message,
 )
-from agentserve.telemetry.trace import DispatchedCall, RejectedStatus, TraceBuilder, TraceRecord
+from agentserve.telemetry.trace import DispatchedCall, PrefillTrace, RejectedStatus, TraceBuilder, TraceRecord
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -75,6 +75,9 @@ class RequestTelemetry:
 
     def prefill_started(self, t: float | None = None) -> None:
         self.builder.prefill_started(t)
+
+    def prefill_placed(self, prefill: PrefillTrace) -> None:
+        self.builder.prefill_placed(prefill)
 
     def migrated(self, from_worker: str, to_worker: str, resumed_tokens: int, gap_ms: float | None) -> None:
         self.builder.migrated(from_worker, to_worker, resumed_tokens, gap_ms)

@@ -155,6 +155,58 @@ class MigrationTrace:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefillTrace:
+    """Where the prompt was prefilled (disaggregated prefill, router/disagg.py): the router's plan
+    with its predicted costs, and what happened (`outcome`)."""
+
+    where: str  # planned: local | remote
+    reason: str  # below-threshold | no-prefill-worker | remote
+    outcome: str  # local | remote | prefill-failed | transfer-failed
+    uncached_tokens: int  # prompt tokens the decode worker lacked
+    threshold: int
+    local_ttft_ms: float  # predicted
+    local_stall_ms: float  # predicted extra wait of each stream decoding on the decode worker
+    prefill_worker: str | None = None
+    remote_ttft_ms: float | None = None  # predicted: queue + prefill + transfer
+    transfer_ms: float | None = None  # predicted
+    prefill_ms: float | None = None  # measured: the context-only request on the prefill worker
+    received_tokens: int | None = None  # prompt tokens whose KV the decode worker pulled
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "where": self.where,
+            "reason": self.reason,
+            "outcome": self.outcome,
+            "uncached_tokens": self.uncached_tokens,
+            "threshold": self.threshold,
+            "predicted_local_ttft_ms": self.local_ttft_ms,
+            "predicted_local_stall_ms": self.local_stall_ms,
+            "prefill_worker": self.prefill_worker,
+            "predicted_remote_ttft_ms": self.remote_ttft_ms,
+            "predicted_transfer_ms": self.transfer_ms,
+            "prefill_ms": self.prefill_ms,
+            "received_tokens": self.received_tokens,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PrefillTrace:
+        return cls(
+            _str(d, "where"),
+            _str(d, "reason"),
+            _str(d, "outcome"),
+            _int(d, "uncached_tokens"),
+            _int(d, "threshold"),
+            _float(d, "predicted_local_ttft_ms"),
+            _float(d, "predicted_local_stall_ms"),
+            _opt_str(d, "prefill_worker"),
+            _opt_float(d, "predicted_remote_ttft_ms"),
+            _opt_float(d, "predicted_transfer_ms"),
+            _opt_float(d, "prefill_ms"),
+            _opt_int(d, "received_tokens"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayTrace:
     """What a replay tool needs to re-create the request's KV footprint (Dynamo's `replay`)."""
 
@@ -255,6 +307,7 @@ class TraceRecord:
     drift: DriftSummary | None = None
     error_code: str | None = None
     migrations: tuple[MigrationTrace, ...] = ()
+    prefill: PrefillTrace | None = None
 
     @property
     def kv_hit_rate(self) -> float | None:
@@ -303,6 +356,7 @@ class TraceRecord:
             "stripped": dict(self.stripped),
             "drift": None if self.drift is None else self.drift.to_json(),
             "migrations": [m.to_json() for m in self.migrations],
+            "prefill": None if self.prefill is None else self.prefill.to_json(),
         }
         return {
             "schema": SCHEMA,
@@ -391,6 +445,7 @@ class TraceRecord:
             ),
             error_code=_opt_str(r, "error_code"),
             migrations=tuple(MigrationTrace.from_json(_as_obj(m)) for m in _list(r.get("migrations"))),
+            prefill=None if r.get("prefill") is None else PrefillTrace.from_json(_as_obj(r["prefill"])),
         )
 
 
@@ -501,6 +556,7 @@ class TraceBuilder:
         "_last_output_t",
         "_migrations",
         "_parent_source",
+        "_prefill",
         "_prefill_t",
         "_reasoning_segments",
         "_record",
@@ -555,6 +611,7 @@ class TraceBuilder:
         self._stripped: dict[str, int] = {}
         self._drift: DriftSummary | None = None
         self._migrations: list[MigrationTrace] = []
+        self._prefill: PrefillTrace | None = None
         self._worker: WorkerTrace | None = None
         self._calls: dict[int, _Call] = {}
         self._reasoning_segments = 0
@@ -625,6 +682,10 @@ class TraceBuilder:
         self._migrations.append(
             MigrationTrace(_bounded(from_worker), _bounded(to_worker), resumed_tokens, gap_ms)
         )
+
+    def prefill_placed(self, prefill: PrefillTrace) -> None:
+        """Where the prompt was prefilled (prefill workers exist)."""
+        self._prefill = prefill
 
     def prefill_started(self, t: float | None = None) -> None:
         """The worker began prefill (optional: without it prefill is taken to start when routed)."""
@@ -779,4 +840,5 @@ class TraceBuilder:
             drift=self._drift,
             error_code=error_code,
             migrations=tuple(self._migrations),
+            prefill=self._prefill,
         )

@@ -35,6 +35,7 @@ from agentserve.worker.engine import (
     GenerateRequest,
     InvalidRequestError,
     KvSnapshot,
+    KvTransfer,
     Load,
     Step,
     TokenLogprob,
@@ -116,7 +117,14 @@ def merge_steps(steps: Sequence[Step]) -> Step:
     if any(s.logprobs is not None for s in steps):
         logprobs = [e for s in steps for e in (s.logprobs or ())]
     return Step(
-        ids, "".join(s.text for s in steps), first.cached_tokens, last.finish_reason, last.usage, logprobs
+        ids,
+        "".join(s.text for s in steps),
+        first.cached_tokens,
+        last.finish_reason,
+        last.usage,
+        logprobs,
+        last.kv_transfer,  # named on the last step of a context-only request
+        first.received_tokens,  # told with the first step
     )
 
 
@@ -554,6 +562,22 @@ class WorkerClient:
     async def load(self) -> Load:
         return Load(**await self._json("/load"))
 
+    async def kv_pull(self, transfer: KvTransfer) -> int | None:
+        """Take the KV the worker holds under `transfer.handle` (disaggregated prefill): the tokens
+        it covers, None when it holds nothing under it (or cannot be reached)."""
+        body = json.dumps({"handle": transfer.handle}).encode()
+        try:
+            response = await self._request(
+                "POST", "/kv/pull", headers={"content-type": "application/json"}, body=body
+            )
+            status, data = response.status, await self._read(response)
+        except WorkerError:
+            return None
+        if status != 200:
+            return None
+        tokens = json.loads(data).get("tokens")
+        return tokens if type(tokens) is int and tokens >= 0 else None
+
     async def kv_snapshot(self, dp_rank: int | None = None) -> KvSnapshot:
         path = "/kv/snapshot" if dp_rank is None else f"/kv/snapshot?dp_rank={int(dp_rank)}"
         data = await self._json(path)
@@ -587,3 +611,24 @@ class WorkerClient:
 
 
 __all__ = ["MuxStepStream", "RemoteStepStream", "WorkerClient", "WorkerError", "merge_steps"]
+
+
+class KvPuller:
+    """A decode worker's side of a KV transfer across processes: `POST /kv/pull` on the prefill
+    worker named by the transfer's `source` URL (one client per prefill worker, kept)."""
+
+    def __init__(self, max_clients: int = 256) -> None:
+        self._clients: dict[str, WorkerClient] = {}
+        self._max = max_clients
+
+    async def __call__(self, transfer: KvTransfer) -> int | None:
+        source = transfer.source
+        if not source.startswith(("http://", "https://")):
+            return None  # not a network address: nothing to pull from
+        client = self._clients.get(source)
+        if client is None:
+            if len(self._clients) >= self._max:
+                _, oldest = self._clients.popitem()
+                await oldest.aclose()
+            client = self._clients[source] = WorkerClient(source)
+        return await client.kv_pull(transfer)

@@ -102,6 +102,22 @@ class Retention:
 
 
 @dataclass(frozen=True, slots=True)
+class KvTransfer:
+    """A prompt's KV held by a prefill worker for a decode worker to pull (disaggregated prefill).
+
+    A context-only request's last step carries it (`handle`, `tokens`); the dispatcher adds where
+    to pull from (`source`: the prefill worker's address) and the predicted transfer time, and sends
+    it with the generation request to the decode worker. TensorRT-LLM's equivalent is the context
+    response's `DisaggregatedParams` (ctx_request_id, opaque_state).
+    """
+
+    handle: str  # the prefill worker's name for the held KV (its context-only request id)
+    tokens: int  # leading prompt tokens whose KV it holds
+    source: str = ""  # the prefill worker's address (an in-process engine's id, or its URL)
+    seconds: float = 0.0  # predicted transfer time (the sim delays the request by it)
+
+
+@dataclass(frozen=True, slots=True)
 class GenerateRequest:
     request_id: str
     prompt_token_ids: Sequence[int]
@@ -119,6 +135,12 @@ class GenerateRequest:
     # What the output must match (tool choice, strict schemas, output format, thinking budget), built
     # and checked by the frontend; None: unconstrained (no cost anywhere).
     constraint: Constraint | None = None
+    # Disaggregated prefill. `context_only`: prefill the prompt, emit one token and hold the prompt's
+    # KV for a decode worker to pull (the last step's `kv_transfer` names it). `kv_transfer`: the
+    # prompt's KV waits on a prefill worker; pull it instead of prefilling (if the pull fails, prefill
+    # locally: the request is served either way).
+    context_only: bool = False
+    kv_transfer: KvTransfer | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -153,6 +175,11 @@ class Step:
     usage: Usage | None = None
     # One entry per token id when the request asked for log-probabilities (None otherwise).
     logprobs: Sequence[TokenLogprob] | None = None
+    # Disaggregated prefill: on the last step of a context-only request, the KV held for a pull;
+    # on the first step of a request that came with `kv_transfer`, the prompt tokens whose KV
+    # arrived (0: the pull failed and the worker prefilled them itself).
+    kv_transfer: KvTransfer | None = None
+    received_tokens: int | None = None
 
 
 class StepStream(Protocol):

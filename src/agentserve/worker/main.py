@@ -84,6 +84,7 @@ def engine_facts(config: WorkerConfig) -> dict[str, object]:
         "max_batch_size": config.max_batch_size,
         "chunked_prefill": config.enable_chunked_prefill,
         "time_scale": 1.0,
+        "role": config.role,
     }
     if config.engine == "sim":
         # Simulated seconds per wall second; 0: the sim does not wait (nothing to measure).
@@ -120,10 +121,13 @@ def build_engine(config: WorkerConfig) -> Engine:
         speedup=config.sim_speedup,
         catch_up_s=config.sim_catch_up_s,
         timing=sim_timing(config.sim_profile, config.sim_nodes, config.sim_interconnect),
+        kv_hold_s=config.sim_kv_hold_s,
     )
     policy = build_policy(config, tokenizer)
     grammar_engine(tokenizer, cache_size=config.constraint_cache_size)  # sized once, built on first use
     if config.sim_dp_ranks > 1:
+        if config.role != "both":
+            raise ConfigError("a prefill or decode sim worker has no attention-DP ranks (sim_dp_ranks 1)")
         from agentserve.worker.engines.sim_dp import DpSimEngine
 
         return DpSimEngine(config.sim_dp_ranks, sim, tokenizer, policy)
@@ -138,6 +142,10 @@ async def serve(config: WorkerConfig) -> None:
     from agentserve.worker.service import create_app
 
     engine = build_engine(config)
+    if isinstance(engine, SimEngine):
+        from agentserve.worker.client import KvPuller
+
+        engine.kv_peer = KvPuller()  # KV of disaggregated prefills comes from prefill workers' /kv/pull
     drain = DrainState()
     publisher = KvEventPublisher(f"tcp://{config.host}:{config.kv_events_port}")
     app = create_app(

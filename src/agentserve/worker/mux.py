@@ -104,7 +104,12 @@ def encode_frame(sid: int, frame: Frame) -> bytes:
 
 def plain(step: Step) -> bool:
     """The step carries tokens and text only (it can go in TOKENS or STEPS)."""
-    return step.cached_tokens is None and step.finish_reason is None and step.logprobs is None
+    return (
+        step.cached_tokens is None
+        and step.finish_reason is None
+        and step.logprobs is None
+        and step.received_tokens is None
+    )
 
 
 def encode_steps(sids: list[int], token_ids: list[Any], texts: list[str]) -> bytes:

@@ -59,6 +59,10 @@ class SimSequence:
     cached_tokens: int | None = None  # prefix hit at first admission (GPU or host tier)
     host_tokens: int = 0  # of those, brought back from the host tier
     retention: Retention | None = None  # how long its blocks outlive it (None: default class)
+    # Prompt tokens whose KV arrived from a prefill worker (disaggregated prefill): at admission
+    # the blocks this pool lacks among them are stored as computed instead of being prefilled.
+    received_tokens: int = 0
+    received: int = 0  # of those, computed tokens this pool lacked (stored from the transfer)
     decoding: bool = False
     state: str = "new"  # new, waiting, running, finished
 
@@ -88,6 +92,7 @@ class Scheduler:
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
         self.host_prompt_tokens = 0  # cached prompt tokens brought back from the host tier
+        self.received_prompt_tokens = 0  # prompt tokens whose KV arrived from a prefill worker
         self.generated_tokens = 0
         self.finished_count = 0
         self.aborted_count = 0
@@ -190,7 +195,7 @@ class Scheduler:
             scheduled.append((seq, n))
             budget -= n
             if seq.cached_tokens is None:
-                seq.cached_tokens = seq.computed
+                seq.cached_tokens = seq.computed - seq.received
                 seq.host_tokens = back * self.block_size
                 self.cached_prompt_tokens += seq.computed
                 self.host_prompt_tokens += seq.host_tokens
@@ -242,21 +247,33 @@ class Scheduler:
         """Reserve blocks for a waiting sequence's first chunk: (tokens scheduled (0: not now),
         blocks brought back from the host tier)."""
         total = len(seq.tokens)
-        self._ensure_hashes(seq, total // self.block_size)
+        bs = self.block_size
+        self._ensure_hashes(seq, total // bs)
         hits, on_host = self.pool.match_tiers(seq.hashes) if self.config.prefix_caching else (0, 0)
+        # Blocks present once a transfer from a prefill worker landed (prefix caching keeps them).
+        got = (
+            max(hits, min(seq.received_tokens // bs, len(seq.hashes))) if self.config.prefix_caching else hits
+        )
         # At least one token is computed to produce logits, even on a full hit.
-        computed = min(hits * self.block_size, total - 1)
+        computed = min(got * bs, total - 1)
         n = min(total - computed, budget)
         if n < total - computed and not self.config.chunked_prefill:
             return 0, 0
         if not self.pool.acquire(seq.hashes[:hits]):
             return 0, 0
-        need = self.blocks_for(computed + n) - hits
-        if not self.pool.allocate(need):
+        arrived = got - hits
+        need = max(self.blocks_for(computed + n) - got, 0)
+        if not self.pool.allocate(arrived + need):
             self.pool.release(seq.hashes[:hits], self._retentions(seq, hits))
             return 0, on_host
-        seq.held = hits
-        seq.private = max(need, 0)
+        if arrived:
+            # The transferred blocks land as computed, announced by the pool's stored events.
+            self.pool.commit(seq.hashes[hits:got], seq.hashes[hits - 1] if hits else None)
+            seq.received = computed - min(hits * bs, computed)  # computed here thanks to the transfer
+            self.received_prompt_tokens += seq.received
+        seq.received_tokens = 0  # a later re-admission (after preemption) finds them cached or recomputes
+        seq.held = got
+        seq.private = need
         seq.computed = computed
         return n, on_host
 

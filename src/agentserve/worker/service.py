@@ -9,6 +9,8 @@ Routes:
   in one write (`agentserve.worker.mux`; the frontend's default transport).
 - `GET /health` — the process is up (liveness). `GET /ready` — the model is loaded (503 before).
 - `GET /metrics` — Prometheus text: running/waiting requests, KV usage, prefix hit rate, tokens/s.
+- `POST /kv/pull` — `{"handle": …}`: a decode worker takes the KV a context-only request left held
+  here (disaggregated prefill); `{"tokens": n}`, or 404 when nothing is held under that handle.
 - `GET /kv/snapshot` — every stored block hash and the sequence number it reflects, for a KV event
   subscriber that saw a gap. `GET /load` — the engine's load as JSON. `GET /info` — model, engine,
   block size and the KV events endpoint.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -44,6 +47,7 @@ from agentserve.worker.engine import (
     EngineError,
     EngineNotReadyError,
     InvalidRequestError,
+    KvTransfer,
     StepStream,
 )
 from agentserve.worker.mux import PATH
@@ -373,6 +377,22 @@ def create_app(
     async def load(request: Request) -> Response:
         return JSONResponse(asdict(engine.load()))
 
+    async def kv_pull(request: Request) -> Response:
+        pull = getattr(engine, "kv_pull", None)
+        if pull is None:
+            return error_response(404, "not_found", f"the {engine_name} engine holds no KV for pulls")
+        try:
+            data = json.loads(await request.body())
+        except ValueError:
+            return error_response(400, "invalid_request", "the body must be JSON")
+        handle = data.get("handle") if isinstance(data, dict) else None
+        if not isinstance(handle, str) or not handle or len(handle) > 512:
+            return error_response(400, "invalid_request", "handle must be a non-empty string")
+        tokens = await pull(KvTransfer(handle, 0))
+        if tokens is None:
+            return error_response(404, "not_found", f"no KV is held under {handle!r}")
+        return JSONResponse({"tokens": tokens})
+
     async def info(request: Request) -> Response:
         return JSONResponse(
             {
@@ -398,6 +418,7 @@ def create_app(
             Route("/ready", ready, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/kv/snapshot", kv_snapshot, methods=["GET"]),
+            Route("/kv/pull", kv_pull, methods=["POST"]),
             Route("/load", load, methods=["GET"]),
             Route("/info", info, methods=["GET"]),
         ],

@@ -38,6 +38,7 @@ from agentserve.worker.engine import (
     RETENTION_PRIORITY_MIN,
     GenerateRequest,
     Hints,
+    KvTransfer,
     Retention,
     SamplingParams,
     Step,
@@ -126,7 +127,36 @@ def encode_request(request: GenerateRequest) -> Frame:
         body["retention"] = encode_retention(request.retention)
     if request.constraint is not None:
         body["constraint"] = encode_constraint(request.constraint)
+    if request.context_only:
+        body["context_only"] = True
+    if request.kv_transfer is not None:
+        body["kv_transfer"] = encode_kv_transfer(request.kv_transfer)
     return body
+
+
+MAX_HANDLE_CHARS = 16384  # TensorRT-LLM's handle carries its DisaggregatedParams (opaque state included)
+
+
+def encode_kv_transfer(t: KvTransfer) -> Frame:
+    return {"handle": t.handle, "tokens": t.tokens, "source": t.source, "seconds": t.seconds}
+
+
+def decode_kv_transfer(raw: Any) -> KvTransfer:
+    if not isinstance(raw, Mapping) or set(raw) - {"handle", "tokens", "source", "seconds"}:
+        raise WireError("kv_transfer must be an object of handle, tokens, source, seconds")
+    handle, tokens = raw.get("handle"), raw.get("tokens")
+    source, seconds = raw.get("source", ""), raw.get("seconds", 0.0)
+    if not isinstance(handle, str) or not handle or len(handle) > MAX_HANDLE_CHARS:
+        raise WireError(
+            f"kv_transfer.handle must be a non-empty string of at most {MAX_HANDLE_CHARS} characters"
+        )
+    if type(tokens) is not int or tokens < 0:
+        raise WireError("kv_transfer.tokens must be a non-negative integer")
+    if not isinstance(source, str) or len(source) > 2048:
+        raise WireError("kv_transfer.source must be a string")
+    if type(seconds) not in (int, float) or not 0 <= seconds < 3600:
+        raise WireError("kv_transfer.seconds must be a number in [0, 3600)")
+    return KvTransfer(handle, tokens, source, float(seconds))
 
 
 MAX_GRAMMAR_CHARS = 4 << 20  # a constraint's grammar source (128 tools with large schemas fit)
@@ -302,6 +332,8 @@ def decode_request(data: Any) -> GenerateRequest:
         "retention",
         "dp_rank",
         "constraint",
+        "context_only",
+        "kv_transfer",
     }
     unknown = set(data) - known
     if unknown:
@@ -377,6 +409,13 @@ def decode_request(data: Any) -> GenerateRequest:
         raise WireError("dp_rank must be an integer in 0..1023")
     raw_constraint = data.get("constraint")
     constraint = None if raw_constraint is None else decode_constraint(raw_constraint)
+    context_only = data.get("context_only", False)
+    if not isinstance(context_only, bool):
+        raise WireError("context_only must be a boolean")
+    raw_transfer = data.get("kv_transfer")
+    kv_transfer = None if raw_transfer is None else decode_kv_transfer(raw_transfer)
+    if context_only and kv_transfer is not None:
+        raise WireError("a request is either context_only or carries a kv_transfer, not both")
     return GenerateRequest(
         rid,
         ids,
@@ -387,6 +426,8 @@ def decode_request(data: Any) -> GenerateRequest:
         cache_salt=salt,
         dp_rank=dp_rank,
         constraint=constraint,
+        context_only=context_only,
+        kv_transfer=kv_transfer,
     )
 
 
@@ -400,6 +441,10 @@ def step_to_frame(step: Step) -> Frame:
         frame["logprobs"] = [[e.token_id, e.logprob, [list(t) for t in e.top]] for e in step.logprobs]
     if step.cached_tokens is not None:
         frame["cached_tokens"] = step.cached_tokens
+    if step.received_tokens is not None:
+        frame["received_tokens"] = step.received_tokens
+    if step.kv_transfer is not None:
+        frame["kv_transfer"] = encode_kv_transfer(step.kv_transfer)
     if step.finish_reason is not None:
         frame["finish_reason"] = step.finish_reason
         u = step.usage or Usage()
@@ -442,12 +487,20 @@ def frame_to_step(frame: Frame) -> Step:
                 cached_tokens=u.get("cached_tokens", 0),
             )
         raw = frame.get("logprobs")
-        logprobs = None if raw is None else [_token_logprob(e) for e in raw]
-        return Step(frame["token_ids"], frame["text"], frame.get("cached_tokens"), reason, usage, logprobs)
+        raw_transfer = frame.get("kv_transfer")
+        return Step(
+            frame["token_ids"],
+            frame["text"],
+            frame.get("cached_tokens"),
+            reason,
+            usage,
+            logprobs=None if raw is None else [_token_logprob(e) for e in raw],
+            kv_transfer=None if raw_transfer is None else decode_kv_transfer(raw_transfer),
+            received_tokens=frame.get("received_tokens"),
+        )
     except (KeyError, AttributeError, TypeError, ValueError) as exc:
         if isinstance(exc, WireError):
             raise
-
         raise WireError(f"malformed frame: {frame!r}") from exc
 
 

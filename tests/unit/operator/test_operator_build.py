@@ -265,6 +265,14 @@ FIELD_EXAMPLES: dict[str, tuple[dict[str, Any], dict[tuple[str, str], Any]]] = {
         {"workers": {"terminationGracePeriodSeconds": 100}},
         {("worker", "drain_grace_s"): 96.0},
     ),
+    "workers.prefill": (
+        {"model": {"contextLength": 131072}, "workers": {"prefill": {}}},
+        {("router", "prefill_worker_service"): "coder-prefill-worker", ("worker", "role"): "decode"},
+    ),
+    "workers.prefill.thresholdTokens": (
+        {"model": {"contextLength": 131072}, "workers": {"prefill": {"thresholdTokens": 4096}}},
+        {("router", "prefill_threshold_tokens"): 4096},
+    ),
 }
 
 

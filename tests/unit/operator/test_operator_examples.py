@@ -34,8 +34,13 @@ def test_example_renders_valid_objects(path: Path, capsys: pytest.CaptureFixture
         assert crd_schema_errors(doc) == []
     assert main(["manifests", "-f", str(path)]) == 0
     objs = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o]
-    # frontend, router and workers: a Deployment each, or a LeaderWorkerSet for workers spanning nodes
-    assert len([o for o in objs if o["kind"] in ("Deployment", "LeaderWorkerSet")]) == 3
+    # frontend, router and workers: a Deployment each, or a LeaderWorkerSet for workers spanning nodes;
+    # and a prefill pool's Deployment where the example has one
+    prefill = any(
+        (d or {}).get("spec", {}).get("workers", {}).get("prefill")
+        for d in yaml.safe_load_all(path.read_text())
+    )
+    assert len([o for o in objs if o["kind"] in ("Deployment", "LeaderWorkerSet")]) == 3 + prefill
     assert_valid(objs)
 
 

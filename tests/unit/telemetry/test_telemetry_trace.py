@@ -370,3 +370,21 @@ def test_a_migrated_stream_is_in_the_record_and_round_trips() -> None:
         TraceRecord.from_json(obj)
     del obj["request"]["migrations"]  # records written before the field read back with none
     assert TraceRecord.from_json(obj).migrations == ()
+
+
+def test_a_prefill_decision_is_in_the_record_and_round_trips() -> None:
+    from agentserve.telemetry.trace import PrefillTrace
+
+    b = builder()
+    b.prefill_placed(
+        PrefillTrace(
+            "remote", "remote", "transfer-failed", 90_000, 961, 6042.7, 5849.9, "p0", 6100.0, 246.8, 5900.0, 0
+        )
+    )
+    record = b.finished(Usage(90_000, 12), "stop", t=0.0)
+    obj = json.loads(json.dumps(record.to_json()))
+    assert obj["request"]["prefill"]["outcome"] == "transfer-failed"
+    assert obj["request"]["prefill"]["predicted_local_stall_ms"] == 5849.9
+    assert TraceRecord.from_json(obj) == record
+    del obj["request"]["prefill"]  # records written before the field read back with none
+    assert TraceRecord.from_json(obj).prefill is None

@@ -28,6 +28,7 @@ def test_the_smoke_script_has_every_check_and_needs_a_model() -> None:
         "logprobs",
         "profile",
         "multinode",
+        "disagg",
         "kill",
     }
     done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env={}, check=False)

@@ -19,18 +19,20 @@ import contextlib
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from agentserve.conversation import FinishReason, Usage
 from agentserve.worker.constrained import constrained_plan, constrained_sample, vocab_size
 from agentserve.worker.engine import (
     DuplicateRequestError,
+    EngineError,
     EngineNotReadyError,
     GenerateRequest,
     InvalidRequestError,
     KvEvent,
     KvSnapshot,
+    KvTransfer,
     Load,
     SamplingParams,
     Step,
@@ -59,11 +61,19 @@ class SimConfig:
     zero_time_slice_s: float = 5e-3  # run iterations this long between yields (no waiting, or behind)
     catch_up_s: float = 0.05  # at most this much wall time behind the simulated clock is caught up
     load_delay_s: float = 0.0  # simulated model load: `start` takes this long (÷ speedup) to be ready
+    # Disaggregated prefill: a context-only request's KV is held this long (wall seconds) for a
+    # decode worker to pull, then released (the blocks stay cached as any finished prefix).
+    kv_hold_s: float = 60.0
 
     @property
     def zero_time(self) -> bool:
         return self.speedup == 0 or math.isinf(self.speedup)
 
+
+# How a decode worker pulls a prompt's KV from a prefill worker: the tokens pulled, None on failure
+# (the source is gone, or no longer holds it). In-process: the source engine's `kv_pull`; across
+# processes: the prefill worker's `POST /kv/pull` (agentserve.worker.client).
+KvPeer = Callable[[KvTransfer], Awaitable[int | None]]
 
 PLAN_CACHE = 256  # outputs remembered (text, stops, length) -> (ids, pieces)
 PIECE_WINDOW = 32  # token_pieces' look-ahead: tokens kept past the ones needed
@@ -78,8 +88,10 @@ class _SimStream:
         "_engine",
         "_finish",
         "_ids",
+        "_kv",
         "_listener",
         "_lps",
+        "_received",
         "_texts",
         "_usage",
         "_waiter",
@@ -103,6 +115,8 @@ class _SimStream:
         self._ids: list[int] = []
         self._texts: list[str] = []
         self._cached: int | None = None
+        self._received: int | None = None
+        self._kv: KvTransfer | None = None
         self._finish: FinishReason | None = None
         self._usage: Usage | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -113,6 +127,12 @@ class _SimStream:
 
     def cached(self, n: int) -> None:
         self._cached = n  # goes out with the first step
+
+    def received(self, n: int) -> None:
+        self._received = n  # goes out with the first step
+
+    def hold(self, kv: KvTransfer) -> None:
+        self._kv = kv  # goes out with the last step
 
     def push(self, token_id: int, text: str, index: int) -> None:
         self._ids.append(token_id)
@@ -173,10 +193,22 @@ class _SimStream:
         lps = self._lps
         if lps is not None:
             self._lps = []
+        received, self._received = self._received, None
         if self._finish is None:
-            return Step(ids, "".join(texts), cached, logprobs=lps)
+            if lps is None and received is None:
+                return Step(ids, "".join(texts), cached)  # the common step
+            return Step(ids, "".join(texts), cached, logprobs=lps, received_tokens=received)
         self._closed = True
-        return Step(ids, "".join(texts), cached, self._finish, self._usage, lps)
+        return Step(
+            ids,
+            "".join(texts),
+            cached,
+            self._finish,
+            self._usage,
+            logprobs=lps,
+            kv_transfer=self._kv,
+            received_tokens=received,
+        )
 
     async def aclose(self) -> None:
         if not self._closed:
@@ -197,8 +229,10 @@ class SimEngine:
         *,
         dp_rank: int | None = None,
         hub: EventHub | None = None,
+        kv_peer: KvPeer | None = None,
     ) -> None:
         self.config = config or SimConfig()
+        self.kv_peer = kv_peer  # None: a request arriving with `kv_transfer` prefills locally
         # One attention-DP rank of a `DpSimEngine` (its events and snapshot carry the rank, its
         # events go to the shared hub); None: a whole engine.
         self.dp_rank = dp_rank
@@ -213,6 +247,11 @@ class SimEngine:
         self._wake = asyncio.Event()
         self._ready = False
         self._ids = itertools.count()
+        # Disaggregated prefill: KV held for decode workers (handle -> (block hashes, release at)),
+        # and requests waiting for their pull (request id -> the pulling task).
+        self._held: dict[str, tuple[list[int], float]] = {}
+        self._context_only: set[str] = set()
+        self._pulling: dict[str, asyncio.Task[None]] = {}
 
     # -- Engine protocol --------------------------------------------------------------------------
 
@@ -253,16 +292,79 @@ class SimEngine:
             raise DuplicateRequestError(f"request {rid!r} is still running")
         prompt = list(request.prompt_token_ids)
         self._validate(prompt, request.sampling)
+        if request.context_only:  # prefill, one token, then hold the KV (TensorRT-LLM: max_tokens 1)
+            request = replace(request, sampling=replace(request.sampling, max_tokens=1))
+            self._context_only.add(rid)
         output, pieces, logprobs, end_reason = self._plan(request, prompt)
         seq = SimSequence(rid, prompt, len(prompt), output, end_reason, request.priority)
         seq.retention = request.retention if self.config.honour_retention else None
-        self.scheduler.add(seq)
         stream = _SimStream(self, rid, pieces, logprobs)
         self._streams[rid] = stream
+        if request.kv_transfer is not None:
+            task = asyncio.get_running_loop().create_task(self._receive(seq, stream, request.kv_transfer))
+            self._pulling[rid] = task
+            task.add_done_callback(lambda _t: self._pulling.pop(rid, None))
+            return stream
+        self.scheduler.add(seq)
         self._wake.set()
         return stream
 
+    async def _receive(self, seq: SimSequence, stream: _SimStream, transfer: KvTransfer) -> None:
+        """Pull the prompt's KV from its prefill worker, wait the transfer's simulated time, then
+        schedule the request with those tokens computed; a failed pull prefills them here."""
+        pulled: int | None = None
+        if self.kv_peer is not None:
+            try:
+                pulled = await self.kv_peer(transfer)
+            except (TimeoutError, OSError, EngineError):
+                pulled = None
+        if pulled:
+            if transfer.seconds > 0 and not self.config.zero_time:
+                await asyncio.sleep(transfer.seconds / self.config.speedup)
+            seq.received_tokens = min(pulled, seq.prompt_len)
+        stream.received(seq.received_tokens)
+        if seq.request_id not in self._streams:
+            return  # aborted meanwhile
+        self.scheduler.add(seq)
+        self._wake.set()
+
+    async def kv_pull(self, transfer: KvTransfer) -> int | None:
+        """A decode worker takes the KV held under `transfer.handle`: the tokens it covers, None if
+        nothing is held under it (never held, already taken, or expired)."""
+        self._expire_holds()
+        held = self._held.pop(transfer.handle, None)
+        if held is None:
+            return None
+        hashes, _ = held
+        self.pool.release(hashes)  # stays cached here: the next cold session sharing it hits
+        return len(hashes) * self.block_size
+
+    def _hold(self, seq: SimSequence, stream: _SimStream) -> None:
+        """Keep a finished context-only request's prompt blocks referenced until pulled."""
+        self._expire_holds()
+        hashes = seq.hashes[: seq.prompt_len // self.block_size]
+        if not hashes or not self.pool.acquire(hashes):
+            return  # nothing to ship (a prompt shorter than a block), or evicted: the pull fails
+        loop = asyncio.get_running_loop()
+        self._held[seq.request_id] = (hashes, loop.time() + self.config.kv_hold_s)
+        stream.hold(KvTransfer(seq.request_id, len(hashes) * self.block_size))
+
+    def _expire_holds(self) -> None:
+        if not self._held:
+            return
+        now = asyncio.get_running_loop().time()
+        for handle in [h for h, (_, until) in self._held.items() if until <= now]:
+            self.pool.release(self._held.pop(handle)[0])
+
     def abort(self, request_id: str) -> bool:
+        self._context_only.discard(request_id)
+        pulling = self._pulling.pop(request_id, None)
+        if pulling is not None:  # still pulling its KV: never scheduled
+            pulling.cancel()
+            stream = self._streams.pop(request_id, None)
+            if stream is not None:
+                stream.finish("abort", Usage(0, 0, 0))
+            return True
         seq = self.scheduler.abort(request_id)
         stream = self._streams.pop(request_id, None)
         if stream is not None and seq is not None:
@@ -462,6 +564,10 @@ class SimEngine:
                 stream.push(seq.output[i], stream.pieces[i], i)
         for seq, reason in outcome.finished:
             stream = streams.pop(seq.request_id, None)
+            if seq.request_id in self._context_only:
+                self._context_only.discard(seq.request_id)
+                if stream is not None:
+                    self._hold(seq, stream)
             if stream is not None:
                 stream.finish(reason, _usage(seq))
         self._publish(outcome.events)

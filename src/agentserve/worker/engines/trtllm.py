@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,11 @@ from agentserve.worker.engine import (
     InvalidRequestError,
     KvEvent,
     KvSnapshot,
+    KvTransfer,
     Load,
     Step,
 )
+from agentserve.worker.engines.trtllm_disagg import context_only_params, generation_only_params, handle_of
 from agentserve.worker.engines.trtllm_mapping import (
     MissingFieldError,
     RankedKvTranslator,
@@ -80,15 +83,18 @@ FATAL_AFTER_FAILURES = 3
 class _TrtStream:
     __slots__ = (
         "_cached",
+        "_context_only",
         "_done",
         "_engine",
         "_expired",
+        "_fallback",
         "_first",
         "_iter",
         "_logprobs",
         "_output_tokens",
         "_prompt_tokens",
         "_reader",
+        "_received",
         "_timer",
         "aborted",
         "request_id",
@@ -102,9 +108,20 @@ class _TrtStream:
         result: Any,
         prompt_tokens: int,
         logprobs: int | None = None,
+        *,
+        context_only: bool = False,
+        received: int | None = None,
+        fallback: Callable[[], Any] | None = None,
     ) -> None:
         self._engine = engine
         self._logprobs = logprobs  # alternatives per token asked for (None: no log-probabilities)
+        # Disaggregated prefill: name the held KV on the last step (a prefill worker's request), or
+        # say on the first step how many prompt tokens arrived (a decode worker's).
+        self._context_only = context_only
+        self._received = received
+        # A generation-only request whose KV never arrives (the transfer failed or timed out) fails
+        # before its first token: it is submitted again without the params and prefilled here.
+        self._fallback = fallback
         self.request_id = request_id
         self.result = result
         self._iter = result.__aiter__()
@@ -143,6 +160,12 @@ class _TrtStream:
             self._finish()
             raise
         except Exception as exc:  # the executor failed this request (or itself)
+            if self._fallback is not None and self._first and not self.aborted:
+                log.warning("request %s: the KV transfer failed (%s); prefilling here", self.request_id, exc)
+                self.result, self._fallback = self._fallback(), None
+                self._iter = self.result.__aiter__()
+                self._received = 0
+                return await self.__anext__()
             self._finish()
             self._engine._request_failed(exc)
             raise EngineError(f"TensorRT-LLM: {exc}") from exc
@@ -178,6 +201,14 @@ class _TrtStream:
             aborted=self.aborted,
             logprobs=logprobs,
         )
+        if self._first and self._received is not None:
+            step = replace(step, received_tokens=self._received)
+        if self._context_only and step.finish_reason is not None and not self.aborted:
+            try:
+                handle = handle_of(getattr(self.result, "disaggregated_params", None))
+                step = replace(step, kv_transfer=KvTransfer(handle, self._prompt_tokens))
+            except InvalidRequestError as exc:  # no KV to ship: the dispatcher prefills locally
+                log.warning("context-only request %s: %s", self.request_id, exc)
         self._first = False
         self._engine._count_step(step, self._prompt_tokens)
         if step.finish_reason is not None:
@@ -226,6 +257,7 @@ class TrtLlmEngine:
         self._sampling_cls: Any = None
         self._retention_cls: Any = None  # KvCacheRetentionConfig, unless --kv-retention off
         self._scheduling_cls: Any = None  # SchedulingParams, with attention DP
+        self._disagg_cls: Any = None  # DisaggregatedParams, on a prefill or decode worker
         self._guided_cls: Any = None  # GuidedDecodingParams
         self._tensor: Callable[[list[float]], Any] = _fp32_tensor  # logit_bias as `embedding_bias`
         self.vocab_size = _vocab_size(config.model_path)
@@ -298,6 +330,14 @@ class TrtLlmEngine:
                 from tensorrt_llm.scheduling_params import SchedulingParams
 
                 self._scheduling_cls = SchedulingParams
+            if isinstance(kwargs.get("cache_transceiver_config"), dict):  # a prefill or decode worker
+                from tensorrt_llm.disaggregated_params import DisaggregatedParams
+                from tensorrt_llm.llmapi.llm_args import CacheTransceiverConfig
+
+                self._disagg_cls = DisaggregatedParams
+                kwargs["cache_transceiver_config"] = CacheTransceiverConfig(
+                    **kwargs["cache_transceiver_config"]
+                )
             kwargs["kv_cache_config"] = KvCacheConfig(**kwargs["kv_cache_config"])
             model = kwargs.pop("model")
             return LLM(model, **kwargs), SamplingParams
@@ -358,16 +398,57 @@ class TrtLlmEngine:
             pin = scheduling_kwargs(request.dp_rank, self.dp_ranks)
             if pin is not None:  # the router's rank, where this prompt's prefix is cached
                 extra["scheduling_params"] = self._scheduling_cls(**pin)
-            result = self._llm.generate_async(prompt, sampling_params=params, streaming=True, **extra)
+            context_only, received = self._disaggregated(request, extra)
+            result = self._llm.generate_async(
+                prompt, sampling_params=params, streaming=not context_only, **extra
+            )
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(str(exc)) from exc
         except RuntimeError as exc:  # "LLM is shutting down", or the executor died
             self._fail(f"generate_async: {exc}")
             raise EngineNotReadyError(str(exc)) from exc
-        stream = _TrtStream(self, request.request_id, result, len(prompt), request.sampling.logprobs)
+        fallback = None
+        if "disaggregated_params" in extra and not context_only:
+            local = {k: v for k, v in extra.items() if k != "disaggregated_params"}
+            llm = self._llm
+
+            def fallback() -> Any:
+                return llm.generate_async(prompt, sampling_params=params, streaming=True, **local)
+
+        stream = _TrtStream(
+            self,
+            request.request_id,
+            result,
+            len(prompt),
+            request.sampling.logprobs,
+            context_only=context_only,
+            received=received,
+            fallback=fallback,
+        )
         self._requests[request.request_id] = stream
         self._prompt_tokens += len(prompt)
         return stream
+
+    def _disaggregated(self, request: GenerateRequest, extra: dict[str, Any]) -> tuple[bool, int | None]:
+        """Add `disaggregated_params` for a context-only or generation-only request (trtllm_disagg.py):
+        (context only, prompt tokens whose KV arrives (0: prefilled here after all)). A worker without
+        the cache transceiver (role both), or a handle that is not TensorRT-LLM's, serves the request
+        aggregated: the dispatcher falls back as it does for a failed transfer."""
+        transfer = request.kv_transfer
+        if self._disagg_cls is None:
+            return False, (0 if transfer is not None else None)
+        if request.context_only:
+            extra["disaggregated_params"] = self._disagg_cls(**context_only_params())
+            return True, None
+        if transfer is None:
+            return False, None
+        try:
+            params = generation_only_params(transfer.handle)
+        except InvalidRequestError as exc:
+            log.warning("request %s: %s; prefilling it here", request.request_id, exc)
+            return False, 0
+        extra["disaggregated_params"] = self._disagg_cls(**params)
+        return False, transfer.tokens
 
     def abort(self, request_id: str) -> bool:
         stream = self._requests.get(request_id)

@@ -45,6 +45,7 @@ from agentserve.worker.engine import (
     Step,
     TokenLogprob,
 )
+from agentserve.worker.engines.trtllm_disagg import transceiver_kwargs, transferred_tokens
 from agentserve.worker.engines.trtllm_retention import PRIMARY_CACHE_LEVEL, medium_of, updated_medium
 
 # Events buffered inside TensorRT-LLM between our polls (Dynamo's newer default).
@@ -101,7 +102,17 @@ def llm_kwargs(config: WorkerConfig, extra: Mapping[str, Any] | None = None) -> 
         base["kv_cache_config"]["host_cache_size"] = config.host_cache_size  # the host (secondary) tier
     if config.guided_decoding_backend is not None:  # constrained requests (GuidedDecodingParams)
         base["guided_decoding_backend"] = config.guided_decoding_backend
+    try:  # a prefill or decode worker: the cache transceiver (trtllm_disagg.py)
+        base.update(transceiver_kwargs(config.role, config.max_seq_len))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     merged = deep_merge(base, extra or {})
+    buffer = transferred_tokens(merged)
+    if config.role != "both" and config.max_seq_len is not None and (buffer or 0) < config.max_seq_len:
+        raise ConfigError(
+            f"cache_transceiver_config.max_tokens_in_buffer ({buffer}) must be at least max_seq_len "
+            f"({config.max_seq_len}): a smaller buffer can deadlock the workers under load"
+        )
     kv = merged.get("kv_cache_config")
     if not isinstance(kv, Mapping):
         raise ConfigError("kv_cache_config must be a mapping")

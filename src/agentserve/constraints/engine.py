@@ -50,18 +50,15 @@ class GrammarError(ValueError):
     """A grammar llguidance refuses (the message is llguidance's)."""
 
 
-FROM_GRAMMAR = -1  # `Steered.sources` of a token the script did not give at that point
-
-
 @dataclass(frozen=True, slots=True)
 class Steered:
     token_ids: list[int]
     complete: bool  # the grammar accepted the output (False: the token budget ran out first)
     diverged: int  # tokens chosen from the mask instead of the script
     random_choices: int = 0  # of those, drawn from the seeded generator (0: the seed did not matter)
-    # Per output token, the script position it was copied from (FROM_GRAMMAR: chosen or forced by
-    # the grammar): the sim reuses the script's streamed pieces for the copied runs.
-    sources: tuple[int, ...] = ()
+    # The runs copied from the script, as (output position, script position, length): the sim
+    # reuses the script's streamed pieces for them (the other tokens are the grammar's).
+    copied: tuple[tuple[int, int, int], ...] = ()
     masks: int = 0  # full vocabulary masks computed (the benchmark and tests count them)
 
 
@@ -451,7 +448,14 @@ def steer(
     forced tokens come from `compute_ff_tokens`; a vocabulary mask is computed only where a
     replacement must be chosen (`Steered.masks` counts them)."""
     out: list[int] = []
-    sources: list[int] = []
+    copied: list[tuple[int, int, int]] = []
+
+    def copy(at: int, length: int) -> None:  # out[len(out):+length] is script[at:+length]
+        start = len(out)
+        if copied and copied[-1][0] + copied[-1][2] == start and copied[-1][1] + copied[-1][2] == at:
+            start, at, length = copied[-1][0], copied[-1][1], copied.pop()[2] + length
+        copied.append((start, at, length))
+
     i, n = 0, len(script)
     diverged = masks = 0
     stops = set(stop_ids)
@@ -463,8 +467,8 @@ def steer(
         if i < n:
             taken = _follow(matcher, list(script[i : i + room]), bulk)
             if taken:
+                copy(i, taken)
                 out.extend(script[i : i + taken])
-                sources.extend(range(i, i + taken))
                 i += taken
                 continue
         if matcher.is_accepting():
@@ -472,7 +476,6 @@ def steer(
                 break  # the script ends its turn with a stop token the grammar did not take
             if stop_ids and matcher.consume_token(stop_ids[0]):
                 out.append(stop_ids[0])
-                sources.append(FROM_GRAMMAR)
             break
         if not pending:
             forced = matcher.compute_ff_tokens()  # what the grammar allows alone: no mask needed
@@ -490,14 +493,13 @@ def steer(
                 if not matcher.consume_tokens(forced):
                     break
                 out.extend(forced)
-                sources.extend([FROM_GRAMMAR] * len(forced))
                 diverged += len(forced)
                 i = _after_closer(script, i, forced, closing)
                 continue
         mask = matcher.compute_bitmask()
         masks += 1
         chosen: int | None = None
-        source = FROM_GRAMMAR
+        source = -1  # the script position of the chosen token, if it is the script's
         if pending and _allowed(mask, pending[0]):
             chosen = pending.pop(0)
         else:
@@ -532,8 +534,9 @@ def steer(
                 i += 1  # the forbidden scripted token is replaced by the chosen one
         if not matcher.consume_token(chosen):
             break
+        if source >= 0:
+            copy(source, 1)
         out.append(chosen)
-        sources.append(source)
         diverged += 1
     complete = matcher.is_accepting() or matcher.is_stopped()
-    return Steered(out, complete, diverged, drawn, tuple(sources), masks)
+    return Steered(out, complete, diverged, drawn, tuple(copied), masks)

@@ -18,7 +18,7 @@ from typing import cast
 
 from llguidance import LLMatcher
 
-from agentserve.constraints.engine import FROM_GRAMMAR, GrammarEngine, GrammarError, engine_for
+from agentserve.constraints.engine import GrammarEngine, GrammarError, engine_for
 from agentserve.constraints.spec import Constraint
 from agentserve.worker.engine import InvalidRequestError, SamplingParams
 from agentserve.worker.sampling import Matcher, Sampled, sample_plan
@@ -93,7 +93,7 @@ def constrained_plan(
         stop_ids=eos if sampling.include_stop else (),
     )
     ids = steered.token_ids
-    plan = ConstrainedPlan(ids, _pieces(tokenizer, ids, steered.sources, pieces), steered.complete)
+    plan = ConstrainedPlan(ids, _pieces(tokenizer, ids, steered.copied, pieces), steered.complete)
     _plans[seeded if steered.random_choices else unseeded] = plan
     if len(_plans) > PLAN_CACHE:
         _plans.popitem(last=False)
@@ -147,25 +147,24 @@ def vocab_size(tokenizer: Tokenizer) -> int:
     return grammar_engine(tokenizer).tokenizer().vocab_size
 
 
-def _pieces(tokenizer: Tokenizer, ids: list[int], sources: Sequence[int], pieces: Sequence[str]) -> list[str]:
+def _pieces(
+    tokenizer: Tokenizer, ids: list[int], copied: Sequence[tuple[int, int, int]], pieces: Sequence[str]
+) -> list[str]:
     """The streamed pieces of `ids`: the script's own (`pieces`) for each run copied from the script
-    (`sources`: the script position of each token, FROM_GRAMMAR for the grammar's), fresh ones for the
-    tokens between, kept only where they join to the decoded output (else all cut afresh). Cutting
-    pieces costs ~2.5 µs a token, more than steering: only the grammar's tokens are cut anew."""
+    (`copied`: output position, script position, length), fresh ones for the tokens between, kept
+    only where they join to the decoded output (else all cut afresh). Cutting pieces costs ~2.5 µs
+    a token, more than steering it: only the grammar's tokens are cut anew."""
     out: list[str] = []
     k = 0
-    while k < len(ids):
-        start = sources[k] if k < len(sources) else FROM_GRAMMAR
-        end = k + 1
-        if start != FROM_GRAMMAR and start < len(pieces):  # a copied run: as far as it goes on
-            while end < len(ids) and end < len(sources) and sources[end] == start + end - k < len(pieces):
-                end += 1
-            out += pieces[start : start + end - k]
-        else:
-            while end < len(ids) and (end >= len(sources) or sources[end] == FROM_GRAMMAR):
-                end += 1
-            out += token_pieces(tokenizer, ids[k:end], PIECE_WINDOW)
-        k = end
+    for at, start, length in copied:
+        if start + length > len(pieces):
+            break  # the script's pieces stop short (never, as the sim cuts them): cut the rest
+        if at > k:
+            out += token_pieces(tokenizer, ids[k:at], PIECE_WINDOW)
+        out += pieces[start : start + length]
+        k = at + length
+    if k < len(ids):
+        out += token_pieces(tokenizer, ids[k:], PIECE_WINDOW)
     text = tokenizer.decode(ids)
     joined = "".join(out)
     if text == joined:

@@ -388,16 +388,27 @@ def bulk_safe(grammar: str) -> bool:
     return "max_tokens" not in grammar
 
 
-def _follow(matcher: LLMatcher, run: list[int], bulk: bool) -> int:
-    """Consume the longest prefix of `run` the grammar allows; how many tokens that is, no mask.
-    `bulk` (a grammar without token limits, `bulk_safe`): one `validate_tokens` (no state change)
-    then one `consume_tokens`, the same tokens as `try_consume_tokens` for ~25 % less CPU."""
-    if not bulk:
-        return matcher.try_consume_tokens(run)
-    n = matcher.validate_tokens(run)
-    if n and not matcher.consume_tokens(run[:n]):
-        raise RuntimeError(f"llguidance refused tokens it had validated: {matcher.get_error()}")
-    return n
+def _follow(matcher: LLMatcher, script: Sequence[int], i: int, room: int, bulk: bool) -> int:
+    """Consume the longest allowed run of `script` from position i (at most `room` tokens); how many
+    tokens that is, no mask. In growing chunks (8, 32, 128, …): after a refusal the next token is
+    usually refused too, and handing llguidance the whole rest each time cost more than its check.
+    `bulk` (a grammar without token limits, `bulk_safe`): each chunk is one `validate_tokens` (no
+    state change) then one `consume_tokens`, the same tokens as `try_consume_tokens` for ~25 % less
+    CPU."""
+    taken, size, end = 0, 8, min(len(script), i + room)
+    while i + taken < end:
+        run = list(script[i + taken : min(end, i + taken + size)])
+        if bulk:
+            n = matcher.validate_tokens(run)
+            if n and not matcher.consume_tokens(run[:n]):
+                raise RuntimeError(f"llguidance refused tokens it had validated: {matcher.get_error()}")
+        else:
+            n = matcher.try_consume_tokens(run)
+        taken += n
+        if n < len(run):
+            break
+        size *= 4
+    return taken
 
 
 def _after_closer(script: Sequence[int], i: int, forced: Sequence[int], closing: frozenset[int]) -> int:
@@ -465,7 +476,7 @@ def steer(
     while len(out) < max_tokens and not matcher.is_stopped() and not matcher.is_error():
         room = max_tokens - len(out)
         if i < n:
-            taken = _follow(matcher, list(script[i : i + room]), bulk)
+            taken = _follow(matcher, script, i, room, bulk)
             if taken:
                 copy(i, taken)
                 out.extend(script[i : i + taken])

@@ -13,8 +13,8 @@ change the sim's choice, so they are not applied to the reported distribution ei
 
 Under a grammar the mask is computed only where it can matter: at every position when
 log-probabilities are asked for (the reported distribution is the masked one), else only where a
-bias could outrank the policy token (`_policy_certain`); where none can, the policy token is
-checked alone (`validate_tokens`) and taken.
+bias could outrank the policy token (`_Rivals.certain`); a run of positions where none can is taken
+as planned, checked by the grammar in one `try_consume_tokens` call.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Matcher(Protocol):
 
     def compute_bitmask(self) -> bytes: ...
 
-    def validate_tokens(self, tokens: list[int]) -> int: ...
+    def try_consume_tokens(self, tokens: list[int]) -> int: ...
 
     def consume_token(self, token: int) -> bool: ...
 
@@ -265,11 +265,18 @@ def sample_plan(
             assert matcher is not None
             if matcher.is_stopped():
                 break
-            policy = todo[i]
-            if top is None and rivals.certain(policy, bias) and matcher.validate_tokens([policy]) == 1:
-                choice = Choice(policy, None)  # no bias can win here: no mask (module docstring)
-            else:
-                choice = choose(policy, bias, Allowed(vocab, bytes(matcher.compute_bitmask())), top)
+            if top is None:
+                # The plan's positions where no bias can win are taken as planned, checked and
+                # consumed in one call, no mask (module docstring); a refused one is masked below.
+                end, j = min(len(todo), i + limit - len(out)), i
+                while j < end and rivals.certain(todo[j], bias):
+                    j += 1
+                taken = matcher.try_consume_tokens(todo[i:j]) if j > i else 0
+                if taken:
+                    out += todo[i : i + taken]
+                    i += taken
+                    continue
+            choice = choose(todo[i], bias, Allowed(vocab, bytes(matcher.compute_bitmask())), top)
         token = choice.token
         if matcher is not None and not matcher.consume_token(token):
             break

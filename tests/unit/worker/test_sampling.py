@@ -126,8 +126,9 @@ def test_the_per_request_fast_path_is_choose(policy: int, bias: dict[int, float]
 
 
 class Counting:
-    """An llguidance matcher that counts its vocabulary masks; `alone` False: it never validates a
-    token alone, so `sample_plan` masks at every position (the reference for its fast path)."""
+    """An llguidance matcher that counts its vocabulary masks; `alone` False: it never takes planned
+    tokens without a mask, so `sample_plan` masks at every position (the reference for its fast
+    path)."""
 
     def __init__(self, inner: LLMatcher, alone: bool) -> None:
         self.inner, self.alone, self.masks = inner, alone, 0
@@ -136,8 +137,8 @@ class Counting:
         self.masks += 1
         return self.inner.compute_bitmask()
 
-    def validate_tokens(self, tokens: list[int]) -> int:
-        return self.inner.validate_tokens(tokens) if self.alone else 0
+    def try_consume_tokens(self, tokens: list[int]) -> int:
+        return self.inner.try_consume_tokens(tokens) if self.alone else 0
 
     def consume_token(self, token: int) -> bool:
         return self.inner.consume_token(token)

@@ -9,10 +9,10 @@
   engine work.
 - `steer(...)`: what the sim engine emits under a constraint: its scripted tokens while the grammar
   allows them, else a token from the grammar's mask (see its docstring). It computes masks the way
-  a production engine's fast paths let it: a run of scripted tokens is validated in one
-  `validate_tokens` call and consumed in one `consume_tokens` call, tokens the grammar forces are
-  taken from `compute_ff_tokens`, and a full vocabulary mask is computed only where the scripted
-  token is refused and a replacement must be chosen from it.
+  a production engine's fast paths let it: runs of scripted tokens are validated and consumed a
+  chunk per call (`validate_tokens`, `consume_tokens`), what the grammar forces comes from its
+  forced tokens and bytes (`compute_ff_tokens`, `compute_ff_bytes`), and a full vocabulary mask is
+  computed only where the scripted token is refused and a replacement must be chosen from it.
 """
 
 from __future__ import annotations
@@ -454,10 +454,9 @@ def steer(
     forever), one of `text_closers` (the grammar's `stop` strings, such as `</parameter>`,
     tokenized) is written instead.
     Every emitted token passed the matcher: the output never holds a token the grammar forbids.
-    Cost: where the script is allowed, its tokens are consumed in one call (validated in bulk
-    where `bulk`: see `_follow`);
-    forced tokens come from `compute_ff_tokens`; a vocabulary mask is computed only where a
-    replacement must be chosen (`Steered.masks` counts them)."""
+    Cost: where the script is allowed its tokens are consumed a chunk per call (validated in bulk
+    where `bulk`: `_follow`), forced text costs no mask, and a vocabulary mask is computed only
+    where a replacement must be chosen (`Steered.masks` counts them)."""
     out: list[int] = []
     copied: list[tuple[int, int, int]] = []
 
@@ -526,8 +525,7 @@ def steer(
             else:
                 source = i - 1
         if chosen is None:
-            # inline bit tests: this runs at every mask, over ~40 tokens
-            chosen = next((t for t in preferred if (mask[t >> 3] >> (t & 7)) & 1), None)
+            chosen = next((t for t in preferred if _allowed(mask, t)), None)
             if chosen is not None and len(out) >= REPEATS and all(t == chosen for t in out[-REPEATS:]):
                 chosen = None  # free text takes the preferred token forever: close it instead
             if chosen is None:

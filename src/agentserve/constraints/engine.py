@@ -344,16 +344,18 @@ def _any_allowed(
 
 def _resync(mask: bytes, script: Sequence[int], i: int) -> tuple[int | None, int]:
     """The script's next allowed token after position i (within `RESYNC_WINDOW`) and the position
-    after it; (None, i) when there is none. Each distinct token is looked up once (prose repeats)."""
-    refused: set[int] = set()
-    for j in range(i + 1, min(len(script), i + RESYNC_WINDOW)):
-        token = script[j]
-        if token in refused:
-            continue
+    after it; (None, i) when there is none. Each distinct token is looked up once, in the order of
+    first occurrence (`_window`): prose repeats its tokens."""
+    for token in _window(script, i):
         if _allowed(mask, token):
-            return token, j + 1
-        refused.add(token)
+            return token, script.index(token, i + 1) + 1
     return None, i
+
+
+def _window(script: Sequence[int], i: int) -> Iterable[int]:
+    """The distinct tokens of the script after position i within `RESYNC_WINDOW`, in the order of
+    their first occurrence (the first one a test accepts is the one at the smallest position)."""
+    return dict.fromkeys(script[i + 1 : i + RESYNC_WINDOW])
 
 
 def _spelled(
@@ -362,15 +364,10 @@ def _spelled(
     """The first script position after i (within `RESYNC_WINDOW`) whose token the grammar allows
     while it forces the bytes `raw`, found without a mask: only a token whose bytes agree with `raw`
     can be allowed, and `validate_tokens` confirms it. It is the token `_resync` would find."""
-    seen: set[int] = set()
-    for j in range(i + 1, min(len(script), i + RESYNC_WINDOW)):
-        token = script[j]
-        if token in seen:
-            continue
-        seen.add(token)
+    for token in _window(script, i):
         spelt = spell(token)
         if spelt and (raw.startswith(spelt) or spelt.startswith(raw)) and matcher.validate_tokens([token]):
-            return j
+            return script.index(token, i + 1)
     return None
 
 

@@ -463,6 +463,7 @@ def steer(
             start, at, length = copied[-1][0], copied[-1][1], copied.pop()[2] + length
         copied.append((start, at, length))
 
+    wanted = [t for t in preferred if t >= 0]
     i, n = 0, len(script)
     diverged = masks = 0
     stops = set(stop_ids)
@@ -522,7 +523,9 @@ def steer(
             else:
                 source = i - 1
         if chosen is None:
-            chosen = next((t for t in preferred if _allowed(mask, t)), None)
+            # `_allowed` inlined: this runs at every mask over ~40 tokens (ids ≥ 0, filtered above)
+            size = len(mask)
+            chosen = next((t for t in wanted if t >> 3 < size and (mask[t >> 3] >> (t & 7)) & 1), None)
             if chosen is not None and len(out) >= REPEATS and all(t == chosen for t in out[-REPEATS:]):
                 chosen = None  # free text takes the preferred token forever: close it instead
             if chosen is None:

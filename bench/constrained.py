@@ -9,11 +9,14 @@
    p50 / p90 / max ms. Target: p50 ≤ 50 ms cold, ~0 cached.
 2. **Mask cost in the sim worker**: a zero-time `SimEngine`, N concurrent requests (1 / 64 / 256) of
    the same output length, CPU per generated token with and without a constraint, same run:
-   `follow` — the script obeys the grammar (tool_choice required, the script's own call: the
-   matcher checks each token, no mask is computed); `steer` — the script is prose and the grammar
-   forces a call (masks at every divergence); each with the sim's memo of steered plans off
-   (`uncached`: every request steered anew) and on (`memoized`: the default). Target: the added CPU
-   ≤ 5 % of the sim's per-token CPU at 64 streams.
+   `follow` — the script obeys the grammar (tool_choice required, the script's own call: its tokens
+   are validated and consumed in bulk, no mask is computed); `steer` — the script is prose and the
+   grammar forces a call (the call's syntax comes from llguidance's forced tokens and bytes, a mask
+   only where a token must be chosen, the prose goes on inside the thought or the argument); each
+   with the sim's memo of steered plans off (`uncached`: every request steered anew) and on
+   (`memoized`: the default; a prose request draws seeded choices, so its plan is its own). Then
+   the steering alone (`constrained_plan` per request, memo off): µs per output token and vocabulary
+   masks per request. Target: the added CPU ≤ 5 % of the sim's per-token CPU at 64 streams.
 3. **End to end**: `agentserve up`'s app in process (frontend, router, 2 zero-time sim workers, via
    httpx's ASGI transport), N concurrent Chat requests, tokens/s with `tool_choice: required` vs
    `auto` on the same script, the ratio.
@@ -208,6 +211,53 @@ async def _sim_cpu(streams: int, tokens: int, mode: str, constrained: bool) -> t
     return cpu * 1e6 / max(total, 1), total
 
 
+def steering_alone(mode: str, tokens: int, requests: int) -> tuple[float, float, float]:
+    """µs per output token of `constrained_plan` (memo off), masks and seeded draws per request."""
+    from agentserve.worker import constrained as steering
+    from agentserve.worker.engine import SamplingParams
+    from agentserve.worker.tokenizer import token_pieces
+
+    assert FAMILY.grammar is not None
+    engine = steering.grammar_engine(TOKENIZER)
+    markers = Markers(engine.specials(FAMILY.grammar.marker_strings))
+    tools = (ToolSpec("Bash", "", AGENT_TOOLS["Bash"]),)
+    options = GenerationOptions("m", tool_choice=ToolChoice("required"))
+    constraint = build(options, tools, FAMILY.grammar, markers, family="qwen3")
+    assert constraint is not None
+    arguments = {"command": " ".join(["word"] * (tokens // 2))}
+    call = f'<tool_call>\n{{"name": "Bash", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+    ids = TOKENIZER.encode(call if mode == "follow" else " ".join(["word"] * tokens))
+    pieces = token_pieces(TOKENIZER, ids)
+    sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
+    saved, steering.PLAN_CACHE = steering.PLAN_CACHE, 0
+    steering._plans.clear()
+    try:
+        steering.constrained_plan(
+            TOKENIZER, constraint, script=ids, pieces=pieces, sampling=sampling, need=tokens + 64, seed=0
+        )  # warm-up
+        emitted = 0
+        t0 = time.process_time()
+        for seed in range(requests):
+            plan = steering.constrained_plan(
+                TOKENIZER, constraint, script=ids, pieces=pieces, sampling=sampling, need=tokens + 64,
+                seed=seed,
+            )  # fmt: skip
+            emitted += len(plan.token_ids)
+        cpu = time.process_time() - t0
+    finally:
+        steering.PLAN_CACHE = saved
+    masks = draws = 0
+    for seed in range(requests):
+        matcher = engine.matcher(constraint.grammar, EOS)
+        steered = engine.steer(
+            matcher, constraint.grammar, ids, eos=EOS, max_tokens=tokens + 64, rng=random.Random(seed),
+            stop_ids=EOS,
+        )  # fmt: skip
+        masks += steered.masks
+        draws += steered.random_choices
+    return cpu * 1e6 / max(emitted, 1), masks / requests, draws / requests
+
+
 # -- 3. end to end ----------------------------------------------------------------------------------
 
 
@@ -299,6 +349,13 @@ def main() -> None:
                     f"({n0} tok), constrained {cons:6.1f} µs/token ({n1} tok): ×{cons / base:4.2f}, "
                     f"constraint share {share:5.1f} %"
                 )
+
+    for mode in ("follow", "steer"):
+        per_token, masks, draws = steering_alone(mode, tokens, 64)
+        print(
+            f"  {mode:<6} steering alone (constrained_plan, memo off, 64 requests): {per_token:5.2f} "
+            f"µs/token, {masks:4.1f} masks and {draws:3.1f} seeded draws per request"
+        )
 
     print("\n3. end to end (in-process app, Chat, non-streamed): tool_choice required vs auto, same script")
     for streams in (1, 64) if args.quick else (1, 64, 256):

@@ -10,6 +10,11 @@ the preference (OpenAI's +100 "exclusive selection", -100 "ban"). Its log-probab
 log-softmax of those logits over the allowed tokens: the distribution it samples from, after masking
 and bias (a token the grammar forces has log-probability 0.0). Temperature, top-p and top-k do not
 change the sim's choice, so they are not applied to the reported distribution either.
+
+Under a grammar the mask is computed only where it can matter: at every position when
+log-probabilities are asked for (the reported distribution is the masked one), else only where a
+bias could outrank the policy token (`_Rivals.certain`); a run of positions where none can is taken
+as planned, checked by the grammar in one `try_consume_tokens` call.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import re
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -24,12 +30,15 @@ from typing import Protocol
 from agentserve.worker.engine import TokenLogprob
 
 PREFERENCE = 20.0  # the policy token's logit: p ≈ 1 − 4e-4 over a 151k vocabulary, without bias
+_SET_BYTE = re.compile(rb"[^\x00]")  # a mask byte with an allowed token: skipped to at C speed
 
 
 class Matcher(Protocol):
     """What sampling needs from a grammar matcher (llguidance's `LLMatcher`)."""
 
     def compute_bitmask(self) -> bytes: ...
+
+    def try_consume_tokens(self, tokens: list[int]) -> int: ...
 
     def consume_token(self, token: int) -> bool: ...
 
@@ -64,12 +73,14 @@ class Allowed:
         if self.mask is None:
             yield from range(self.vocab)
             return
-        for byte_index, byte in enumerate(self.mask):
-            if byte:
-                for bit in range(8):
-                    token = byte_index * 8 + bit
-                    if (byte >> bit) & 1 and token < self.vocab:
-                        yield token
+        mask = self.mask
+        for found in _SET_BYTE.finditer(mask):  # a narrow mask is mostly zero bytes
+            byte_index = found.start()
+            byte = mask[byte_index]
+            for bit in range(8):
+                token = byte_index * 8 + bit
+                if (byte >> bit) & 1 and token < self.vocab:
+                    yield token
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +208,26 @@ class _With:
 Resteer = Callable[[Matcher, Sequence[int], int], list[int]]
 
 
+class _Rivals:
+    """The two largest biases, to tell per position whether any other token could outrank the
+    policy's (`certain`) without a mask."""
+
+    def __init__(self, bias: Mapping[int, float]) -> None:
+        top = heapq.nlargest(2, bias.items(), key=lambda kv: kv[1])
+        self.first = top[0] if top else None
+        self.second = top[1][1] if len(top) > 1 else None
+
+    def certain(self, policy: int, bias: Mapping[int, float]) -> bool:
+        """The policy token is the argmax wherever the grammar allows it: its logit is at least 0
+        (every unbiased token's) and at least every other token's bias (ties go to the policy)."""
+        own = PREFERENCE + bias.get(policy, 0.0)
+        if own < 0.0:
+            return False
+        first = self.first
+        rival = self.second if first is not None and first[0] == policy else (first[1] if first else None)
+        return rival is None or own >= rival
+
+
 @dataclass(frozen=True, slots=True)
 class Sampled:
     token_ids: list[int]
@@ -225,6 +256,7 @@ def sample_plan(
     todo = list(plan)
     limit = budget if budget is not None else len(todo)
     unmasked = Unmasked(bias, vocab) if matcher is None else None
+    rivals = _Rivals(bias)
     i = 0
     while i < len(todo) and len(out) < limit:
         if unmasked is not None:
@@ -233,6 +265,17 @@ def sample_plan(
             assert matcher is not None
             if matcher.is_stopped():
                 break
+            if top is None:
+                # The plan's positions where no bias can win are taken as planned, checked and
+                # consumed in one call, no mask (module docstring); a refused one is masked below.
+                end, j = min(len(todo), i + limit - len(out)), i
+                while j < end and rivals.certain(todo[j], bias):
+                    j += 1
+                taken = matcher.try_consume_tokens(todo[i:j]) if j > i else 0
+                if taken:
+                    out += todo[i : i + taken]
+                    i += taken
+                    continue
             choice = choose(todo[i], bias, Allowed(vocab, bytes(matcher.compute_bitmask())), top)
         token = choice.token
         if matcher is not None and not matcher.consume_token(token):

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import math
+import random
+from collections.abc import Sequence
+from typing import cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from llguidance import LLMatcher
 
 from agentserve.constraints.engine import engine_for
 from agentserve.constraints.spec import Constraint
 from agentserve.worker.constrained import constrained_sample
 from agentserve.worker.engine import SamplingParams
-from agentserve.worker.sampling import PREFERENCE, Allowed, Unmasked, choose, sample_plan
+from agentserve.worker.sampling import PREFERENCE, Allowed, Matcher, Unmasked, choose, sample_plan
 from agentserve.worker.tokenizer import EMBEDDED_TOKENIZER, HFTokenizer
 
 TOKENIZER = HFTokenizer.from_file(EMBEDDED_TOKENIZER)
@@ -119,3 +123,70 @@ def test_the_per_request_fast_path_is_choose(policy: int, bias: dict[int, float]
     assert fast.entry.logprob == pytest.approx(slow.entry.logprob, abs=1e-9)
     assert [t for t, _ in fast.entry.top] == [t for t, _ in slow.entry.top]
     assert [lp for _, lp in fast.entry.top] == pytest.approx([lp for _, lp in slow.entry.top], abs=1e-9)
+
+
+class Counting:
+    """An llguidance matcher that counts its vocabulary masks; `alone` False: it never takes planned
+    tokens without a mask, so `sample_plan` masks at every position (the reference for its fast
+    path)."""
+
+    def __init__(self, inner: LLMatcher, alone: bool) -> None:
+        self.inner, self.alone, self.masks = inner, alone, 0
+
+    def compute_bitmask(self) -> bytes:
+        self.masks += 1
+        return self.inner.compute_bitmask()
+
+    def try_consume_tokens(self, tokens: list[int]) -> int:
+        return self.inner.try_consume_tokens(tokens) if self.alone else 0
+
+    def consume_token(self, token: int) -> bool:
+        return self.inner.consume_token(token)
+
+    def is_stopped(self) -> bool:
+        return self.inner.is_stopped()
+
+    def is_accepting(self) -> bool:
+        return self.inner.is_accepting()
+
+    def deep_copy(self) -> LLMatcher:
+        return self.inner.deep_copy()
+
+
+def sampled_under_grammar(bias: dict[int, float], alone: bool) -> tuple[list[int], int]:
+    matcher = Counting(ENGINE.matcher(GRAMMAR), alone)
+
+    def resteer(state: Matcher, rest: Sequence[int], room: int) -> list[int]:
+        steered = ENGINE.steer(
+            cast(LLMatcher, state), GRAMMAR, rest, eos=(), max_tokens=room, rng=random.Random(1)
+        )
+        return steered.token_ids
+
+    plan = TOKENIZER.encode('{"a":2}')
+    vocab = ENGINE.tokenizer().vocab_size
+    out = sample_plan(plan, vocab=vocab, bias=bias, top=None, matcher=matcher, resteer=resteer, budget=20)
+    assert out.complete
+    return out.token_ids, matcher.masks
+
+
+DIGITS = [TOKENIZER.encode(d)[0] for d in "0123"]
+OTHERS = [TOKENIZER.encode(t)[0] for t in ('{"', "}", '":', "a", "x")]
+
+
+@given(bias=st.dictionaries(st.sampled_from(DIGITS + OTHERS), st.floats(-100, 100), max_size=4))
+def test_without_logprobs_a_mask_is_computed_only_where_a_bias_can_win(bias: dict[int, float]) -> None:
+    fast, masks = sampled_under_grammar(bias, alone=True)
+    reference, every = sampled_under_grammar(bias, alone=False)
+    assert fast == reference  # the same choice at every position as with a mask at each
+    assert every >= len(reference) and masks <= every
+    check = ENGINE.matcher(GRAMMAR)
+    assert check.try_consume_tokens(fast) == len(fast)
+    if all(PREFERENCE + bias.get(t, 0.0) >= max([0.0, *bias.values()]) for t in TOKENIZER.encode('{"a":2}')):
+        assert masks == 0  # no bias outranks the plan anywhere: no mask at all
+
+
+def test_a_winning_bias_is_masked_and_leaves_the_plan_validly() -> None:
+    three = TOKENIZER.encode("3")[0]
+    fast, masks = sampled_under_grammar({three: 100.0}, alone=True)
+    assert TOKENIZER.decode(fast) == '{"a":3}' and masks >= 1
+    assert sampled_under_grammar({}, alone=True)[1] == 0

@@ -1,0 +1,148 @@
+"""The sim's steering fast paths (issue 22's mask cost): the same guarantees as a mask at every step,
+with a vocabulary mask computed only where the script's token is refused and a replacement must be
+chosen. Every output here is checked on an independent matcher."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from test_constraints import BASH, EOS, MARKERS, QWEN3, READ, SCHEMAS, TOKENIZER, call
+
+from agentserve.api.options import GenerationOptions, ReasoningOptions, ResponseFormat, ToolChoice
+from agentserve.constraints.build import build
+from agentserve.constraints.engine import Steered, bulk_safe, engine_for
+from agentserve.constraints.spec import Constraint
+from agentserve.conversation import ToolSpec
+from agentserve.worker.constrained import constrained_plan
+from agentserve.worker.engine import SamplingParams
+from agentserve.worker.tokenizer import token_pieces
+
+ENGINE = engine_for(TOKENIZER.to_json())
+
+
+def grammar(options: GenerationOptions, tools: tuple[ToolSpec, ...] = (BASH, READ)) -> str:
+    constraint = build(options, tools, QWEN3.grammar, MARKERS, family="qwen3")
+    assert constraint is not None
+    return constraint.grammar
+
+
+def sim_steer(source: str, script: str, seed: int = 0, max_tokens: int = 2000) -> Steered:
+    """What the sim emits (`GrammarEngine.steer`: every fast path on), checked on a fresh matcher."""
+    steered = ENGINE.steer(
+        ENGINE.matcher(source, EOS),
+        source,
+        TOKENIZER.encode(script),
+        eos=EOS,
+        max_tokens=max_tokens,
+        rng=random.Random(seed),
+        stop_ids=EOS,
+    )
+    check = ENGINE.matcher(source, EOS)
+    assert check.try_consume_tokens(steered.token_ids) == len(steered.token_ids)
+    return steered
+
+
+def test_a_script_the_grammar_allows_costs_no_mask() -> None:
+    script = call("Bash", {"command": "ls -la"})
+    steered = sim_steer(grammar(GenerationOptions("m", tool_choice=ToolChoice("required"))), script)
+    ids = TOKENIZER.encode(script)
+    assert steered.token_ids == [*ids, EOS[0]] and steered.complete
+    assert steered.masks == 0 and steered.diverged == 0
+    assert steered.copied == ((0, 0, len(ids)),)
+
+
+def test_prose_under_a_forced_call_masks_only_where_a_token_is_chosen() -> None:
+    """Prose where a call is required: the call's syntax, keys and punctuation come from the
+    grammar's forced bytes or a mask, the prose continues inside the free string, and no drawn
+    token is whitespace alone (it would leave the output where it was)."""
+    prose = " ".join(["word"] * 200)
+    source = grammar(GenerationOptions("m", tool_choice=ToolChoice("required")), (BASH,))
+    for seed in range(6):
+        steered = sim_steer(source, prose, seed)
+        assert steered.complete
+        text = TOKENIZER.decode(steered.token_ids)
+        (got,) = [json.loads(p.split("</tool_call>")[0]) for p in text.split("<tool_call>")[1:]]
+        assert got["name"] == "Bash"
+        copied = sum(length for _, _, length in steered.copied)
+        assert copied >= 180  # the script's words went on (in the thought or the argument)
+        # a handful of masks for ~20 tokens of syntax, not one per token
+        assert steered.masks <= 20, (seed, steered.masks, text[-200:])
+        chosen = [t for k, t in enumerate(steered.token_ids) if not _in_runs(k, steered.copied)]
+        assert not [t for t in chosen if t in ENGINE.blank()], text
+
+
+def _in_runs(k: int, runs: tuple[tuple[int, int, int], ...]) -> bool:
+    return any(at <= k < at + length for at, _, length in runs)
+
+
+def test_forced_text_resumes_the_scripts_own_copy() -> None:
+    """A named tool while the script calls another first: the script's own call of that tool is
+    found again (its arguments kept), as the mask's resync would find it."""
+    script = "Sure.\n" + call("Bash", {"command": "ls"}) + "\n" + call("Read", {"path": "a.py"})
+    steered = sim_steer(grammar(GenerationOptions("m", tool_choice=ToolChoice("named", "Read"))), script)
+    text = TOKENIZER.decode(steered.token_ids)
+    assert [json.loads(p.split("</tool_call>")[0]) for p in text.split("<tool_call>")[1:]] == [
+        {"name": "Read", "arguments": {"path": "a.py"}}
+    ]
+
+
+def test_a_token_budget_turns_bulk_validation_off() -> None:
+    """llguidance's `validate_tokens` does not count `max_tokens` past a run's first token: a budget
+    grammar is consumed token by token, and the thought still ends at the budget."""
+    budget = grammar(GenerationOptions("m", reasoning=ReasoningOptions("enabled", budget_tokens=30)), ())
+    assert not bulk_safe(budget)
+    assert bulk_safe(grammar(GenerationOptions("m", tool_choice=ToolChoice("required"))))
+    script = "<think>\n" + " ".join(["ponder"] * 200) + "\n</think>\n\nDone."
+    steered = sim_steer(budget, script)
+    thought, _, answer = TOKENIZER.decode(steered.token_ids).partition("</think>")
+    assert len(TOKENIZER.encode(thought)) <= 31 and answer.strip().startswith("Done.")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=SCHEMAS)
+def test_generated_schemas_validate_through_the_sims_fast_paths(schema: dict[str, Any]) -> None:
+    options = GenerationOptions("m", response_format=ResponseFormat("json_schema", schema))
+    source = grammar(options, ())
+    for script in ('Here: {"a": "wrong", "b": [1, 2, 3]} done', "<think>\nok\n</think>\n\nThe answer."):
+        steered = sim_steer(source, script)
+        assert steered.complete
+        body = TOKENIZER.decode(steered.token_ids).rpartition("</think>")[2].removesuffix("<|im_end|>")
+        jsonschema.validate(json.loads(body), schema)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        'Voilà: {"note": "naïve café ☕ — 東京 👋🏽", "n": "x"}',
+        "<think>\n日本語で考える 🤔\n</think>\n\n" + '{"note": "emoji 👩‍👩‍👧 ok"}',
+    ],
+)
+def test_streamed_pieces_reuse_the_script_and_join_to_the_output(script: str) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"note": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["note", "n"],
+        "additionalProperties": False,
+    }
+    constraint = Constraint(
+        grammar(GenerationOptions("m", response_format=ResponseFormat("json_schema", schema)), ())
+    )
+    ids = TOKENIZER.encode(script)
+    pieces = token_pieces(TOKENIZER, ids)
+    sampling = SamplingParams(max_tokens=300, stop_token_ids=EOS, include_stop=True)
+    plan = constrained_plan(
+        TOKENIZER, constraint, script=ids, pieces=pieces, sampling=sampling, need=300, seed=3
+    )
+    assert plan.complete and len(plan.pieces) == len(plan.token_ids)
+    assert "".join(plan.pieces) == TOKENIZER.decode(plan.token_ids)
+    value = json.loads(TOKENIZER.decode(plan.token_ids).rpartition("</think>")[2].removesuffix("<|im_end|>"))
+    jsonschema.validate(value, schema)
+    # the note's text is the script's, streamed in the script's own pieces
+    note = json.loads(script[script.index("{") :])["note"]
+    assert value["note"] == note
+    assert any(p and p in note and p in pieces for p in plan.pieces)

@@ -28,18 +28,15 @@ from agentserve.api.catalog import anthropic_model, anthropic_models, codex_cata
 from agentserve.api.catalog import openai_models as openai_model_list
 from agentserve.api.errors import (
     ApiError,
-    ContextLengthError,
     InternalError,
     InvalidRequestError,
     NotFoundError,
     RequestTooLargeError,
 )
-from agentserve.api.request import AnthropicRequest, DecodedRequest
 from agentserve.api.signing import Signer
 from agentserve.config import ApiName, FrontendConfig
 from agentserve.drain import DrainState
 from agentserve.frontend.backend import Backend
-from agentserve.frontend.betas import BetaLog
 from agentserve.frontend.contract import (
     ANTHROPIC_ERROR,
     OPENAI_ERROR,
@@ -60,66 +57,37 @@ from agentserve.frontend.http import (
     id_headers,
     json_response,
     new_request_id,
-    parse_json,
     read_body,
 )
-from agentserve.frontend.service import Frontend, error_frames
+from agentserve.frontend.service import Frontend, Refused
 from agentserve.frontend.surfaces import SURFACES, AnthropicSurface, last_resort_frames
-from agentserve.frontend.turnstile import Turnstile
 from agentserve.prompt.pipeline import PromptPipeline
-from agentserve.telemetry import RequestTelemetry, Telemetry, accepted_body
+from agentserve.telemetry import Telemetry, accepted_body
 
 log = logging.getLogger("agentserve.frontend")
 
 
-def _generate_route(
-    frontend: Frontend, keys: ApiKeys, betas: BetaLog, api: ApiName, turnstile: Turnstile
-) -> Any:
+def _generate_route(frontend: Frontend, api: ApiName) -> Any:
     surface = SURFACES[api]
     config = frontend.config
 
     async def route(request: Request) -> Response:
         request_id = new_request_id()
-        headers = request.headers
-        trace: RequestTelemetry | None = None
-        decoded: DecodedRequest | None = None
-        try:
-            scope = keys.check(headers)
-            if api == "anthropic":
-                betas.note(headers.getlist("anthropic-beta"))
-            raw = await read_body(request, config.max_body_bytes)
-            await turnstile.turn()  # one preparation per loop iteration (turnstile.py)
-            body = parse_json(raw)
-            await frontend.state.prefetch(api, body, scope or "")
-            decoded = surface.decode(body, frontend.ctx, scope or "")
-            identity = frontend.identify(decoded, decoded.agent_identity(headers))
-            decoded = await frontend.restore(surface, body, decoded, identity, scope=scope or "")
-            trace = frontend.trace(request_id, api, headers, decoded, identity)
-            prepared = frontend.prepare(
-                surface, decoded, identity, trace, scope=scope or "", request_id=request_id
-            )
-            gen = await frontend.open(prepared)
-        except ApiError as error:
-            frontend.rejected(trace or frontend.trace(request_id, api, headers, decoded), error)
-            streamed = decoded is not None and decoded.options.stream
-            if streamed and api == "responses" and isinstance(error, ContextLengthError):
-                # Codex reads context overflow from `response.failed` (then compacts), not a status.
-                assert decoded is not None
-                writer = surface.writer(decoded, frontend.ctx, decoded.options.model)
-                return _one_shot_stream(error_frames(api, writer, error, request_id), request_id)
+        outcome = await frontend.handle(
+            surface, request.headers, lambda: read_body(request, config.max_body_bytes), request_id
+        )
+        if isinstance(outcome, Refused):
+            if outcome.frames is not None:
+                return _one_shot_stream(outcome.frames, request_id)
+            error = outcome.error
             return error_response(
                 error, surface.error_kind, request_id, close=isinstance(error, RequestTooLargeError)
             )
-        except Exception:
-            log.exception("%s: %s request failed", request_id, api)
-            internal = InternalError(f"internal error (request {request_id})")
-            frontend.rejected(trace or frontend.trace(request_id, api, headers, decoded), internal)
-            return error_response(internal, surface.error_kind, request_id)
-
+        prepared, gen = outcome.prepared, outcome.generation
         out_headers = id_headers(request_id)
-        if decoded.options.stream:
+        if prepared.request.options.stream:
             # The prepared request: what the frontend did to it (context edits) is reported.
-            writer = surface.writer(prepared.request, frontend.ctx, decoded.options.model)
+            writer = surface.writer(prepared.request, frontend.ctx, prepared.request.options.model)
             return EventStreamResponse(
                 lambda write: frontend.stream(prepared, gen, writer, write),
                 headers=out_headers,
@@ -196,9 +164,10 @@ def create_app(
 ) -> FastAPI:
     """The frontend app over `backend` (started and stopped with the app's lifespan)."""
     pipeline = pipeline or PromptPipeline.from_config(config)
-    frontend = Frontend(config, backend, pipeline, signer=signer or Signer.random(), telemetry=telemetry)
-    keys = keys if keys is not None else ApiKeys.load(config.api_keys_file)
-    betas = BetaLog()
+    frontend = Frontend(
+        config, backend, pipeline, signer=signer or Signer.random(), telemetry=telemetry, keys=keys
+    )
+    keys = frontend.keys
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -223,7 +192,7 @@ def create_app(
     app.openapi = lambda: app.openapi_schema or cached_openapi(app)  # type: ignore[method-assign]
     app.state.frontend = frontend
     app.state.drain = drain = DrainState()
-    app.state.betas = betas
+    app.state.betas = frontend.betas
 
     def kind(request: Request) -> str:
         return error_kind_for(request.url.path, request.headers)
@@ -264,10 +233,9 @@ def create_app(
         "responses": ("/v1/responses", "OpenAI Responses", "createResponse"),
     }
     app.hot_routes = {}
-    turnstile = Turnstile()  # shared by the three APIs: one preparation per loop iteration
     for api, (path, summary, operation_id) in summaries.items():
         if api in enabled:
-            app.hot_routes[path] = _generate_route(frontend, keys, betas, api, turnstile)
+            app.hot_routes[path] = _generate_route(frontend, api)
             app.add_api_route(
                 path,
                 app.hot_routes[path],
@@ -339,22 +307,9 @@ def create_app(
         async def count_tokens(request: Request) -> Response:
             rid = new_request_id()
             try:
-                scope = keys.check(request.headers)
-                betas.note(request.headers.getlist("anthropic-beta"))
-                body = parse_json(await read_body(request, config.max_body_bytes))
-                await frontend.state.prefetch("anthropic", body, scope or "")
-                decoded = anthropic_surface.decode_count_tokens(body, frontend.ctx, scope or "")
-                identity = frontend.identify(decoded, decoded.agent_identity(request.headers))
-                decoded = await frontend.restore(
-                    anthropic_surface, body, decoded, identity, scope=scope or ""
+                counted = await frontend.count_tokens(
+                    anthropic_surface, request.headers, lambda: read_body(request, config.max_body_bytes)
                 )
-                frontend.check_model(decoded.options.model)
-                edited, rendered, _ = frontend.edit_history(decoded)  # as /v1/messages sends it
-                tokens = len((rendered or frontend.render(edited)).token_ids)
-                counted: dict[str, Any] = {"input_tokens": tokens}
-                if isinstance(decoded, AnthropicRequest) and decoded.context_management is not None:
-                    original = tokens if edited is decoded else len(frontend.render(decoded).token_ids)
-                    counted["context_management"] = {"original_input_tokens": original}
             except ApiError as error:
                 return error_response(error, "anthropic", rid, close=isinstance(error, RequestTooLargeError))
             except Exception:

@@ -6,14 +6,14 @@ Nothing here does I/O; `generate.py` is the edge that runs what these functions 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from agentserve.api.errors import ContextLengthError
 from agentserve.api.options import GenerationOptions
 from agentserve.api.request import DecodedRequest
 from agentserve.conversation import Conversation, Message, ToolResult
 from agentserve.router.placement import RouteRequest
-from agentserve.worker.engine import Hints, SamplingParams
+from agentserve.worker.engine import SAMPLING_FIELDS, Hints, SamplingParams
 
 _HINT_CHARS = 4000  # the sim's output policies read a message's start; never copy a whole file
 
@@ -61,6 +61,13 @@ def engine_stops(stop_tokens: Sequence[str], token_id: Callable[[str], int | Non
     return EngineStops(tuple(ids), tuple(strings))
 
 
+# What the API options carry under the engine's own names (the samplers, logprobs, logit_bias) goes
+# to the engine as it is; `max_tokens` and `stop` are decided here (context window, stop matcher).
+OPTION_SAMPLERS: tuple[str, ...] = tuple(
+    sorted(SAMPLING_FIELDS & {f.name for f in fields(GenerationOptions)} - {"max_tokens", "stop"})
+)
+
+
 def sampling_params(
     options: GenerationOptions, max_tokens: int, stops: EngineStops = EngineStops()
 ) -> SamplingParams:
@@ -71,17 +78,10 @@ def sampling_params(
     those the next turn's prompt renders."""
     return SamplingParams(
         max_tokens=max_tokens,
-        temperature=options.temperature,
-        top_p=options.top_p,
-        top_k=options.top_k,
-        seed=options.seed,
-        presence_penalty=options.presence_penalty,
-        frequency_penalty=options.frequency_penalty,
+        **{name: getattr(options, name) for name in OPTION_SAMPLERS},
         stop=stops.strings,
         stop_token_ids=stops.token_ids,
         include_stop=bool(stops.token_ids or stops.strings),
-        logprobs=options.logprobs,
-        logit_bias=options.logit_bias,
     )
 
 

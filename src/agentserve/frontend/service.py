@@ -17,8 +17,11 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
+
+from starlette.datastructures import Headers
 
 from agentserve.api.anthropic.context import apply_edits
 from agentserve.api.catalog import ModelFacts
@@ -49,9 +52,10 @@ from agentserve.conversation import (
     Usage,
 )
 from agentserve.frontend.backend import Backend
+from agentserve.frontend.betas import BetaLog
 from agentserve.frontend.constrain import Constrainer
 from agentserve.frontend.generate import Generation
-from agentserve.frontend.http import ChunkWriter
+from agentserve.frontend.http import ApiKeys, ChunkWriter, parse_json
 from agentserve.frontend.logprobs import AnswerLogprobs
 from agentserve.frontend.models import served_models
 from agentserve.frontend.plan import (
@@ -72,6 +76,7 @@ from agentserve.frontend.retention import (
 )
 from agentserve.frontend.subagents import SubagentTree, TreeLink, explicit_link, is_claude_subagent
 from agentserve.frontend.surfaces import (
+    AnthropicSurface,
     Context,
     StreamWriter,
     Surface,
@@ -79,6 +84,7 @@ from agentserve.frontend.surfaces import (
     stream_response_id,
 )
 from agentserve.frontend.truncate import truncate_oldest
+from agentserve.frontend.turnstile import Turnstile
 from agentserve.parsing.stream import ParserOptions
 from agentserve.prompt.drift import DriftDetector, DriftReport
 from agentserve.prompt.hashing import block_hashes
@@ -158,6 +164,34 @@ def error_frames(api: ApiName, writer: StreamWriter, error: ApiError, request_id
         return last_resort_frames(api, error)
 
 
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request past every check, its generation open (`Frontend.handle`)."""
+
+    prepared: Prepared
+    generation: Generation
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A request answered with its API's error: an HTTP status, or where the API reports it in a
+    stream (`frames`: the whole 200 event stream that carries it)."""
+
+    error: ApiError
+    frames: bytes | None = None
+
+
+BodyReader = Callable[[], Awaitable[bytes]]
+
+
+@dataclass(slots=True)
+class _Progress:
+    """How far a request got before it failed: what its rejection trace can say."""
+
+    decoded: DecodedRequest | None = None
+    trace: RequestTelemetry | None = None
+
+
 class Frontend:
     def __init__(
         self,
@@ -167,10 +201,14 @@ class Frontend:
         *,
         signer: Signer,
         telemetry: Telemetry | None = None,
+        keys: ApiKeys | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
         self.pipeline = pipeline
+        self.keys = keys if keys is not None else ApiKeys.load(config.api_keys_file)
+        self.betas = BetaLog()  # unfamiliar Anthropic beta flags, each logged once
+        self.turnstile = Turnstile()  # shared by the three APIs: one preparation per loop iteration
         self._retention_policy = RetentionPolicy(
             mode=config.kv_retention,
             prefix_priority=config.kv_retention_prefix_priority,
@@ -225,6 +263,77 @@ class Frontend:
         self.max_output = self.models[0].max_output_tokens
 
     # -- before dispatch ---------------------------------------------------------------------------
+
+    # -- the request path ---------------------------------------------------------------------------
+
+    async def handle(
+        self, surface: Surface, headers: Headers, body: BodyReader, request_id: str
+    ) -> Admitted | Refused:
+        """The whole path of a generation request, from the key check to the open generation; the
+        route only turns the outcome into HTTP. Every failure is the API's own error, traced."""
+        progress = _Progress()
+        try:
+            scope, decoded, identity = await self._decoded(
+                surface, surface.decode, headers, body, progress, turnstile=True
+            )
+            trace = progress.trace = self.trace(request_id, surface.name, headers, decoded, identity)
+            prepared = self.prepare(surface, decoded, identity, trace, scope=scope, request_id=request_id)
+            return Admitted(prepared, await self.open(prepared))
+        except ApiError as error:
+            return self._refuse(surface, headers, request_id, progress, error)
+        except Exception:
+            log.exception("%s: %s request failed", request_id, surface.name)
+            internal = InternalError(f"internal error (request {request_id})")
+            return self._refuse(surface, headers, request_id, progress, internal)
+
+    def _refuse(
+        self, surface: Surface, headers: Headers, request_id: str, progress: _Progress, error: ApiError
+    ) -> Refused:
+        decoded = progress.decoded
+        self.rejected(progress.trace or self.trace(request_id, surface.name, headers, decoded), error)
+        if decoded is None or not surface.reports_in_stream(decoded, error):
+            return Refused(error)
+        writer = surface.writer(decoded, self.ctx, decoded.options.model)
+        return Refused(error, error_frames(surface.name, writer, error, request_id))
+
+    async def count_tokens(
+        self, surface: AnthropicSurface, headers: Headers, body: BodyReader
+    ) -> dict[str, Any]:
+        """Anthropic `count_tokens`: the real request's decode, restore, context edits and render, so
+        the count is exactly what /v1/messages would send (raises ApiError)."""
+        _, decoded, _ = await self._decoded(surface, surface.decode_count_tokens, headers, body, _Progress())
+        self.check_model(decoded.options.model)
+        edited, rendered, _ = self.edit_history(decoded)  # as /v1/messages sends it
+        tokens = len((rendered or self.render(edited)).token_ids)
+        counted: dict[str, Any] = {"input_tokens": tokens}
+        if isinstance(decoded, AnthropicRequest) and decoded.context_management is not None:
+            original = tokens if edited is decoded else len(self.render(decoded).token_ids)
+            counted["context_management"] = {"original_input_tokens": original}
+        return counted
+
+    async def _decoded(
+        self,
+        surface: Surface,
+        decode: Callable[[Any, Context, str], DecodedRequest],
+        headers: Headers,
+        body: BodyReader,
+        progress: _Progress,
+        *,
+        turnstile: bool = False,
+    ) -> tuple[str, DecodedRequest, AgentIdentity]:
+        """Key check, the API's headers, the body, decode, identity and the remembered turns put back:
+        (the key's scope, the request, its identity)."""
+        scope = self.keys.check(headers) or ""
+        surface.note_headers(headers, self.betas)
+        raw = await body()
+        if turnstile:
+            await self.turnstile.turn()  # one preparation per loop iteration (turnstile.py)
+        parsed = parse_json(raw)
+        await self.state.prefetch(surface.name, parsed, scope)
+        decoded = progress.decoded = decode(parsed, self.ctx, scope)
+        identity = self.identify(decoded, decoded.agent_identity(headers))
+        decoded = progress.decoded = await self.restore(surface, parsed, decoded, identity, scope=scope)
+        return scope, decoded, identity
 
     def check_model(self, name: str) -> None:
         if not self.config.accept_any_model and name not in self._model_ids:

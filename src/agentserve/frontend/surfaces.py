@@ -17,9 +17,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from starlette.datastructures import Headers
+
 from agentserve.api import anthropic, chat, responses
 from agentserve.api.anthropic.context import applied_json
-from agentserve.api.errors import ApiError, ApiKind
+from agentserve.api.errors import ApiError, ApiKind, ContextLengthError
 from agentserve.api.memory import CallMemory, restore_history
 from agentserve.api.request import AnthropicRequest, DecodedRequest, ResponsesRequest
 from agentserve.api.responses import ResponseStore
@@ -28,6 +30,7 @@ from agentserve.api.sse import DONE, PING_COMMENT, dumps
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName
 from agentserve.conversation import Finish, OutputEvent, Usage
+from agentserve.frontend.betas import BetaLog
 
 
 class StreamWriter(Protocol):
@@ -65,6 +68,14 @@ class Surface(Protocol):
     error_kind: ApiKind
 
     def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest: ...
+
+    def note_headers(self, headers: Headers, betas: BetaLog) -> None:
+        """Headers of this API the deployment keeps a record of (Anthropic's beta flags)."""
+        ...
+
+    def reports_in_stream(self, request: DecodedRequest, error: ApiError) -> bool:
+        """An error before the stream started that the API still reports as a 200 event stream."""
+        ...
 
     def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:
         """The request with the turns the call memory recognises (under `memory_scope`) put back."""
@@ -145,6 +156,12 @@ class AnthropicSurface:
 
     def decode_count_tokens(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
         return anthropic.decode_count_tokens(body, signer=ctx.signer)
+
+    def note_headers(self, headers: Headers, betas: BetaLog) -> None:
+        betas.note(headers.getlist("anthropic-beta"))
+
+    def reports_in_stream(self, request: DecodedRequest, error: ApiError) -> bool:
+        return False
 
     @staticmethod
     def _omit(request: DecodedRequest) -> bool:
@@ -229,6 +246,12 @@ class ChatSurface:
     def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
         return chat.decode_chat(body)
 
+    def note_headers(self, headers: Headers, betas: BetaLog) -> None:
+        pass
+
+    def reports_in_stream(self, request: DecodedRequest, error: ApiError) -> bool:
+        return False
+
     def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
         encoder = chat.ChatStreamEncoder(
             model,
@@ -306,6 +329,13 @@ class ResponsesSurface:
 
     def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
         return responses.decode_responses(body, signer=ctx.signer, store=ctx.store, scope=scope)
+
+    def note_headers(self, headers: Headers, betas: BetaLog) -> None:
+        pass
+
+    def reports_in_stream(self, request: DecodedRequest, error: ApiError) -> bool:
+        # Codex reads a context overflow from `response.failed` (then compacts), not from a status.
+        return request.options.stream and isinstance(error, ContextLengthError)
 
     def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
         encoder = responses.ResponsesStreamEncoder(

@@ -36,6 +36,8 @@ from agentserve.conversation import FinishReason, Usage
 from agentserve.worker.engine import (
     RETENTION_PRIORITY_MAX,
     RETENTION_PRIORITY_MIN,
+    SAMPLERS,
+    SAMPLING_FIELDS,
     GenerateRequest,
     Hints,
     KvTransfer,
@@ -77,16 +79,7 @@ class WireError(ValueError):
 def encode_request(request: GenerateRequest) -> Frame:
     s = request.sampling
     sampling: dict[str, Any] = {"max_tokens": s.max_tokens}
-    for name in (
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "seed",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-    ):
+    for name, _ in SAMPLERS:
         value = getattr(s, name)
         if value is not None:
             sampling[name] = value
@@ -269,26 +262,6 @@ def _token_ids(value: Any, what: str) -> array[int]:
         raise WireError(f"{what} must be non-negative 32-bit integers") from exc
 
 
-_SAMPLING_KEYS = frozenset(
-    {
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "seed",
-        "stop",
-        "stop_token_ids",
-        "ignore_eos",
-        "include_stop",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-        "logprobs",
-        "logit_bias",
-    }
-)
-
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit on alternatives per token
 MAX_LOGIT_BIAS = 1024  # (token, bias) pairs per request (OpenAI takes 300)
 
@@ -348,10 +321,9 @@ def decode_request(data: Any) -> GenerateRequest:
     raw = data.get("sampling") or {}
     if not isinstance(raw, Mapping):
         raise WireError("sampling must be an object")
-    unknown = set(raw) - _SAMPLING_KEYS
+    unknown = set(raw) - SAMPLING_FIELDS
     if unknown:
         raise WireError(f"unknown sampling fields: {', '.join(sorted(map(str, unknown)))}")
-    num = (int, float)
     w = "sampling."
     max_tokens = _opt(raw, "max_tokens", int, w)
     if max_tokens is None or max_tokens < 1:
@@ -364,18 +336,11 @@ def decode_request(data: Any) -> GenerateRequest:
         raise WireError("sampling.include_stop must be a boolean")
     sampling = SamplingParams(
         max_tokens=max_tokens,
-        temperature=_opt(raw, "temperature", num, w),
-        top_p=_opt(raw, "top_p", num, w),
-        top_k=_opt(raw, "top_k", int, w),
-        min_p=_opt(raw, "min_p", num, w),
-        seed=_opt(raw, "seed", int, w),
+        **{name: _opt(raw, name, kind, w) for name, kind in SAMPLERS},
         stop=_strings(raw, "stop", w),
         stop_token_ids=tuple(_token_ids(raw.get("stop_token_ids") or [], "sampling.stop_token_ids")),
         ignore_eos=ignore_eos,
         include_stop=include_stop,
-        presence_penalty=_opt(raw, "presence_penalty", num, w),
-        frequency_penalty=_opt(raw, "frequency_penalty", num, w),
-        repetition_penalty=_opt(raw, "repetition_penalty", num, w),
         logprobs=_logprobs(raw),
         logit_bias=_logit_bias(raw),
     )

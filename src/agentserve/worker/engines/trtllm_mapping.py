@@ -36,6 +36,7 @@ from agentserve.prompt.hashing import block_hashes
 from agentserve.worker.engine import (
     MEDIUM_CPU,
     MEDIUM_GPU,
+    SAMPLERS,
     AllCleared,
     BlockRemoved,
     BlockStored,
@@ -142,16 +143,7 @@ def sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
         # when False); the frontend asks for it with the family's end-of-turn tokens.
         "include_stop_str_in_output": params.include_stop,
     }
-    for name in (
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "seed",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-    ):
+    for name, _ in SAMPLERS:  # TensorRT-LLM's SamplingParams takes each under the same name
         value = getattr(params, name)
         if value is not None:
             kwargs[name] = value

@@ -118,6 +118,63 @@ def _restore(
     return replace(request, conversation=replace(conversation, messages=messages), restored=restored)
 
 
+class _OpenAIWriter:
+    """Chat's and Responses' streams: the opening frame goes with the headers, pings are SSE
+    comments, and the encoder's own terminal error event ends a failed stream."""
+
+    __slots__ = ("_enc", "_error", "feed")
+
+    def __init__(self, encoder: chat.ChatStreamEncoder | responses.ResponsesStreamEncoder) -> None:
+        self._enc = encoder
+        self.feed: Callable[[OutputEvent], bytes] = encoder.feed
+        self._error: Callable[[ApiError], bytes] = (
+            encoder.fail if isinstance(encoder, responses.ResponsesStreamEncoder) else encoder.error
+        )
+
+    @property
+    def response_id(self) -> str | None:
+        """The id a streamed Responses turn is stored under (None for Chat)."""
+        enc = self._enc
+        return enc.response_id if isinstance(enc, responses.ResponsesStreamEncoder) else None
+
+    def opening(self) -> bytes:
+        return self._enc.start()
+
+    def started(self, usage: Usage) -> bytes:
+        return b""
+
+    def finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
+        return self._enc.finish(finish)
+
+    def error(self, error: ApiError) -> bytes:
+        return self._error(error)
+
+    def ping(self) -> bytes:
+        return PING_COMMENT
+
+
+class _SurfaceDefaults:
+    """What most surfaces do alike (a surface overrides what its API does otherwise)."""
+
+    def note_headers(self, headers: Headers, betas: BetaLog) -> None:
+        pass
+
+    def reports_in_stream(self, request: DecodedRequest, error: ApiError) -> bool:
+        return False
+
+    def remember(
+        self,
+        request: DecodedRequest,
+        turn: TurnAccumulator,
+        response_id: str,
+        ctx: Context,
+        scope: str,
+        *,
+        memory_scope: str,
+    ) -> None:
+        ctx.memory.remember(turn.message(ctx.signer), memory_scope)
+
+
 # -- Anthropic ------------------------------------------------------------------------------------
 
 
@@ -147,7 +204,7 @@ class _AnthropicWriter:
         return self._enc.ping() if self._started else PING_COMMENT
 
 
-class AnthropicSurface:
+class AnthropicSurface(_SurfaceDefaults):
     name: ApiName = "anthropic"
     error_kind: ApiKind = "anthropic"
 
@@ -159,9 +216,6 @@ class AnthropicSurface:
 
     def note_headers(self, headers: Headers, betas: BetaLog) -> None:
         betas.note(headers.getlist("anthropic-beta"))
-
-    def reports_in_stream(self, request: DecodedRequest, error: ApiError) -> bool:
-        return False
 
     @staticmethod
     def _omit(request: DecodedRequest) -> bool:
@@ -200,57 +254,16 @@ class AnthropicSurface:
     def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:
         return _restore(request, ctx, memory_scope, whole_turns=False)
 
-    def remember(
-        self,
-        request: DecodedRequest,
-        turn: TurnAccumulator,
-        response_id: str,
-        ctx: Context,
-        scope: str,
-        *,
-        memory_scope: str,
-    ) -> None:
-        ctx.memory.remember(turn.message(ctx.signer), memory_scope)
-
 
 # -- Chat Completions -----------------------------------------------------------------------------
 
 
-class _ChatWriter:
-    __slots__ = ("_enc", "feed")
-
-    def __init__(self, encoder: chat.ChatStreamEncoder) -> None:
-        self._enc = encoder
-        self.feed: Callable[[OutputEvent], bytes] = encoder.feed
-
-    def opening(self) -> bytes:
-        return self._enc.start()
-
-    def started(self, usage: Usage) -> bytes:
-        return b""
-
-    def finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
-        return self._enc.finish(finish)
-
-    def error(self, error: ApiError) -> bytes:
-        return self._enc.error(error)
-
-    def ping(self) -> bytes:
-        return PING_COMMENT
-
-
-class ChatSurface:
+class ChatSurface(_SurfaceDefaults):
     name: ApiName = "chat"
     error_kind: ApiKind = "openai"
 
     def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
         return chat.decode_chat(body)
-
-    def note_headers(self, headers: Headers, betas: BetaLog) -> None:
-        pass
-
-    def reports_in_stream(self, request: DecodedRequest, error: ApiError) -> bool:
-        return False
 
     def writer(self, request: DecodedRequest, ctx: Context, model: str) -> StreamWriter:
         encoder = chat.ChatStreamEncoder(
@@ -259,7 +272,7 @@ class ChatSurface:
             dispatch=ctx.dispatch,
             custom_tools=request.custom_tools,
         )
-        return _ChatWriter(encoder)
+        return _OpenAIWriter(encoder)
 
     def build(
         self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
@@ -275,47 +288,8 @@ class ChatSurface:
     def restore(self, request: DecodedRequest, ctx: Context, memory_scope: str) -> DecodedRequest:
         return _restore(request, ctx, memory_scope, whole_turns=True)
 
-    def remember(
-        self,
-        request: DecodedRequest,
-        turn: TurnAccumulator,
-        response_id: str,
-        ctx: Context,
-        scope: str,
-        *,
-        memory_scope: str,
-    ) -> None:
-        ctx.memory.remember(turn.message(ctx.signer), memory_scope)
-
 
 # -- Responses ------------------------------------------------------------------------------------
-
-
-class _ResponsesWriter:
-    __slots__ = ("_enc", "feed")
-
-    def __init__(self, encoder: responses.ResponsesStreamEncoder) -> None:
-        self._enc = encoder
-        self.feed: Callable[[OutputEvent], bytes] = encoder.feed
-
-    @property
-    def response_id(self) -> str:
-        return self._enc.response_id
-
-    def opening(self) -> bytes:
-        return self._enc.start()
-
-    def started(self, usage: Usage) -> bytes:
-        return b""
-
-    def finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
-        return self._enc.finish(finish)
-
-    def error(self, error: ApiError) -> bytes:
-        return self._enc.fail(error)
-
-    def ping(self) -> bytes:
-        return PING_COMMENT
 
 
 def _responses_request(request: DecodedRequest) -> ResponsesRequest:
@@ -323,15 +297,12 @@ def _responses_request(request: DecodedRequest) -> ResponsesRequest:
     return request
 
 
-class ResponsesSurface:
+class ResponsesSurface(_SurfaceDefaults):
     name: ApiName = "responses"
     error_kind: ApiKind = "openai"
 
     def decode(self, body: Any, ctx: Context, scope: str) -> DecodedRequest:
         return responses.decode_responses(body, signer=ctx.signer, store=ctx.store, scope=scope)
-
-    def note_headers(self, headers: Headers, betas: BetaLog) -> None:
-        pass
 
     def reports_in_stream(self, request: DecodedRequest, error: ApiError) -> bool:
         # Codex reads a context overflow from `response.failed` (then compacts), not from a status.
@@ -341,7 +312,7 @@ class ResponsesSurface:
         encoder = responses.ResponsesStreamEncoder(
             _responses_request(request), signer=ctx.signer, dispatch=ctx.dispatch
         )
-        return _ResponsesWriter(encoder)
+        return _OpenAIWriter(encoder)
 
     def build(
         self, turn: TurnAccumulator, request: DecodedRequest, ctx: Context, model: str, stop: str | None
@@ -384,7 +355,7 @@ def last_resort_frames(api: ApiName, error: ApiError) -> bytes:
 
 def stream_response_id(writer: StreamWriter) -> str | None:
     """The id a streamed Responses turn is stored under (None for the other APIs)."""
-    return writer.response_id if isinstance(writer, _ResponsesWriter) else None
+    return writer.response_id if isinstance(writer, _OpenAIWriter) else None
 
 
 SURFACES: Mapping[ApiName, Surface] = {

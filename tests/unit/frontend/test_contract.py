@@ -241,7 +241,7 @@ def test_a_failure_of_the_error_event_itself_still_ends_the_stream(
         raise RuntimeError("the error encoder failed too")
 
     monkeypatch.setattr(Relay, "run", failing)
-    for writer in (surfaces._AnthropicWriter, surfaces._ChatWriter, surfaces._ResponsesWriter):
+    for writer in (surfaces._AnthropicWriter, surfaces._OpenAIWriter):
         monkeypatch.setattr(writer, "error", error)
     body = stream(client, path)
     assert LAST_RESORT_TERMINAL[path] in body and b"internal error" in body

@@ -262,8 +262,6 @@ class Frontend:
         self.context_window = self.models[0].context_window
         self.max_output = self.models[0].max_output_tokens
 
-    # -- before dispatch ---------------------------------------------------------------------------
-
     # -- the request path ---------------------------------------------------------------------------
 
     async def handle(
@@ -334,6 +332,8 @@ class Frontend:
         identity = self.identify(decoded, decoded.agent_identity(headers))
         decoded = progress.decoded = await self.restore(surface, parsed, decoded, identity, scope=scope)
         return scope, decoded, identity
+
+    # -- before dispatch ---------------------------------------------------------------------------
 
     def check_model(self, name: str) -> None:
         if not self.config.accept_any_model and name not in self._model_ids:

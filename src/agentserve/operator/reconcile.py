@@ -22,6 +22,7 @@ from agentserve.operator.build import (
     COMPONENTS,
     L_COMPONENT,
     L_INSTANCE,
+    PREFILL,
     Component,
     Target,
     object_meta,
@@ -38,6 +39,9 @@ CONDITION_OF: dict[Component, str] = {
     "worker": "WorkersReady",
 }
 STATUS_KEY: dict[Component, str] = {"frontend": "frontend", "router": "router", "worker": "workers"}
+# The prefill pool (spec.workers.prefill), when the spec has one: a condition and counts of its own.
+PREFILL_CONDITION = "PrefillWorkersReady"
+PREFILL_STATUS_KEY = "prefillWorkers"
 
 
 @dataclass(frozen=True, order=True)
@@ -310,6 +314,10 @@ class Failure:
     message: str
 
 
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
 def compute_status(
     *,
     target: Target,
@@ -322,6 +330,7 @@ def compute_status(
     now: datetime,
 ) -> dict[str, Any]:
     """The CR's status from its children (and the failure of this reconcile, if any)."""
+    deployments, pods = list(deployments), list(pods)  # each read more than once
     by_component: dict[str, Mapping[str, Any]] = {}
     for deployment in deployments:
         component = ((deployment.get("metadata") or {}).get("labels") or {}).get(L_COMPONENT)
@@ -336,16 +345,29 @@ def compute_status(
             pods_of[pod_labels[L_COMPONENT]].append(pod)
 
     old = {c.get("type", ""): c for c in (previous or {}).get("conditions") or []}
-    verdicts = {c: component_verdict(by_component.get(c), pods_of[c]) for c in COMPONENTS}
+    verdicts = {STATUS_KEY[c]: component_verdict(by_component.get(c), pods_of[c]) for c in COMPONENTS}
+    prefill: Mapping[str, Any] | None = None
+    if spec is not None and spec.workers.prefill is not None:
+        prefill = next((d for d in deployments if d["metadata"]["name"] == target.prefill_workers), None)
+        prefill_pods = [
+            p
+            for p in pods
+            if _labels(p).get(L_INSTANCE) == target.name and _labels(p).get(L_COMPONENT) == PREFILL
+        ]
+        verdicts[PREFILL_STATUS_KEY] = component_verdict(prefill, prefill_pods)
     if failure is not None:
         overall = Verdict(False, failure.reason, failure.message)
     elif all(v.ready for v in verdicts.values()):
-        overall = Verdict(True, "AllComponentsReady", "frontend, router and workers are ready")
+        overall = Verdict(True, "AllComponentsReady", f"{', '.join(verdicts)} are ready")
     else:
-        waiting = [f"{STATUS_KEY[c]}: {v.reason}: {v.message}" for c, v in verdicts.items() if not v.ready]
+        waiting = [f"{key}: {v.reason}: {v.message}" for key, v in verdicts.items() if not v.ready]
         overall = Verdict(False, "ComponentsNotReady", "; ".join(waiting))
     conditions = [_condition("Ready", overall, generation, old, now)]
-    conditions += [_condition(CONDITION_OF[c], verdicts[c], generation, old, now) for c in COMPONENTS]
+    conditions += [
+        _condition(CONDITION_OF[c], verdicts[STATUS_KEY[c]], generation, old, now) for c in COMPONENTS
+    ]
+    if PREFILL_STATUS_KEY in verdicts:
+        conditions.append(_condition(PREFILL_CONDITION, verdicts[PREFILL_STATUS_KEY], generation, old, now))
     # The planner writes its own condition; a status write here replaces the list, so carry it over
     # while the spec still asks for a planner (and drop it once autoscaling is removed).
     planner = old.get(AUTOSCALING_CONDITION)
@@ -355,6 +377,8 @@ def compute_status(
     status: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
     for c in COMPONENTS:
         status[STATUS_KEY[c]] = _counts(by_component.get(c))
+    if PREFILL_STATUS_KEY in verdicts:
+        status[PREFILL_STATUS_KEY] = _counts(prefill)
     workers = status["workers"]
     worker_deployment = by_component.get("worker") or {}
     status["replicas"] = int((worker_deployment.get("status") or {}).get("replicas") or 0)

@@ -1120,13 +1120,17 @@ class AgentServingDeploymentStatus(_Spec):
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        description="Ready, FrontendReady, RouterReady, WorkersReady",
+        description="Ready, FrontendReady, RouterReady, WorkersReady (and PrefillWorkersReady with a prefill "
+        "pool, Autoscaling with a planner)",
     )
     family: str | None = Field(None, description="model family in effect")
     endpoint: str | None = Field(None, description="in-cluster URL of the frontend")
     frontend: ComponentStatus | None = Field(None, description="pod counts of the frontend Deployment")
     router: ComponentStatus | None = Field(None, description="pod counts of the router Deployment")
     workers: ComponentStatus | None = Field(None, description="pod counts of the worker Deployment")
+    prefill_workers: ComponentStatus | None = Field(
+        None, description="pod counts of the prefill pool's Deployment (spec.workers.prefill)"
+    )
     replicas: int | None = Field(None, description="worker pods (scale subresource)")
     selector: str | None = Field(None, description="label selector of worker pods (scale subresource)")
     workers_ready: str | None = Field(None, description="ready/desired worker pods")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
 from pydantic import ValidationError
 
-from agentserve.operator.build import build
-from agentserve.operator.spec import AgentServingDeploymentSpec
+from agentserve.operator.build import PREFILL, Target, build
+from agentserve.operator.reconcile import PREFILL_CONDITION, compute_status
+from agentserve.operator.spec import AgentServingDeploymentSpec, AgentServingDeploymentStatus
 
 C = "app.kubernetes.io/component"
 
@@ -131,3 +133,61 @@ def test_a_prefill_pool_without_replicas_is_scaled_through_its_deployment() -> N
     objs = build(spec(prefill={"replicas": None}), "ds", "ns")
     assert "replicas" not in by(objs, "Deployment", "ds-prefill-worker")["spec"]
     assert by(objs, "Deployment", "ds-worker")["spec"]["replicas"] == 2
+
+
+def _deployment(name: str, component: str, replicas: int, ready: int) -> dict[str, Any]:
+    labels = {C: component, "app.kubernetes.io/instance": "r1"}
+    return {
+        "metadata": {"name": name, "labels": labels, "generation": 1},
+        "spec": {"replicas": replicas},
+        "status": {"observedGeneration": 1, "readyReplicas": ready, "updatedReplicas": replicas},
+    }
+
+
+def test_the_status_reports_the_prefill_pool_and_ready_waits_for_it() -> None:
+    target = Target("r1", "ai")
+    ready_rest = [
+        _deployment(target.child("frontend"), "frontend", 1, 1),
+        _deployment(target.child("router"), "router", 1, 1),
+        _deployment(target.child("worker"), "worker", 2, 2),
+    ]
+
+    def status(prefill_ready: int) -> dict[str, Any]:
+        pool = _deployment(target.prefill_workers, PREFILL, 1, prefill_ready)
+        return compute_status(
+            target=target,
+            generation=1,
+            spec=spec(prefill={"replicas": 1}),
+            deployments=iter([*ready_rest, pool]),  # read more than once: any iterable
+            pods=iter([]),
+            previous=None,
+            failure=None,
+            now=datetime(2026, 11, 27, tzinfo=UTC),
+        )
+
+    def condition(s: dict[str, Any], kind: str) -> dict[str, Any]:
+        return next(c for c in s["conditions"] if c["type"] == kind)
+
+    waiting = status(0)
+    assert condition(waiting, PREFILL_CONDITION)["status"] == "False"
+    assert condition(waiting, "WorkersReady")["status"] == "True"
+    assert condition(waiting, "Ready")["status"] == "False"
+    assert "prefillWorkers" in condition(waiting, "Ready")["message"]
+    assert waiting["prefillWorkers"]["readyReplicas"] == 0 and waiting["prefillWorkers"]["replicas"] == 1
+    ready = status(1)
+    assert condition(ready, PREFILL_CONDITION)["status"] == "True"
+    assert condition(ready, "Ready")["status"] == "True"
+    AgentServingDeploymentStatus.model_validate(ready)  # the CRD's status schema holds it
+    without = compute_status(
+        target=target,
+        generation=1,
+        spec=spec(),
+        deployments=ready_rest,
+        pods=[],
+        previous=None,
+        failure=None,
+        now=datetime(2026, 11, 27, tzinfo=UTC),
+    )
+    assert "prefillWorkers" not in without
+    assert all(c["type"] != PREFILL_CONDITION for c in without["conditions"])
+    assert condition(without, "Ready")["status"] == "True"

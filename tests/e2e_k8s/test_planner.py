@@ -175,16 +175,35 @@ def test_the_operator_deploys_the_planner_and_it_scales_the_workers(
             60,
             "3 worker pods with addresses",
         )
+
+        # The operator's status write replaces the condition list with what it read (the planner's
+        # condition carried over); one read before the planner's write drops it until the planner's
+        # next step puts it back: wait for both to show, as `kubectl get` eventually does.
+        def scaled(obj: dict[str, Any] | None) -> bool:
+            return (
+                obj is not None
+                and obj["status"].get("workersReady") == "3/3"
+                and condition(obj, AUTOSCALING_CONDITION).get("reason") == "HoldingSessionKv"
+            )
+
         cr = wait_for(
-            lambda: (obj := kube.get("asd", NAME, NS)) and obj["status"].get("workersReady") == "3/3" and obj,
+            lambda: (obj := kube.get("asd", NAME, NS)) and scaled(obj) and obj,
             90,
-            "kubectl get asd to show 3/3 workers",
+            "kubectl get asd to show 3/3 workers, held for session KV",
         )
         scaling = condition(cr, AUTOSCALING_CONDITION)
-        assert scaling.get("reason") == "HoldingSessionKv", scaling
         assert scaling["message"].startswith("3 workers: kv:"), scaling
-        printed = kube.kubectl("get", "asd", NAME, "-n", NS, "-o", "wide")
-        assert "3/3" in printed and "HoldingSessionKv" in printed, printed
+        printed = wait_for(
+            lambda: (
+                (out := kube.kubectl("get", "asd", NAME, "-n", NS, "-o", "wide"))
+                and "3/3" in out
+                and "HoldingSessionKv" in out
+                and out
+            ),
+            30,
+            "kubectl get asd -o wide to print 3/3 and the planner's reason",
+        )
+        assert printed
 
         # The load goes; one pod holds retained sessions: the planner keeps that one.
         ips = fleet.worker_ips()

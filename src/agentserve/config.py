@@ -10,6 +10,7 @@ the same (`--strip-anthropic-preamble`, `--enable-streaming-tool-dispatch`, `--r
 from __future__ import annotations
 
 import argparse
+import copy
 import types
 import typing
 from enum import StrEnum
@@ -87,28 +88,64 @@ class PromptConfig(_Config):
     )
 
 
-class FrontendConfig(PromptConfig):
-    host: str = Field("0.0.0.0", description="address to listen on")
-    kv_retention: Literal["off", "agent"] = Field(
-        "agent", description="KV retention policy sent with each request (off: engines' plain LRU)"
+RetentionMode = Literal["off", "agent"]
+
+
+class RetentionSettings(BaseModel):
+    """How long KV blocks outlive their request (docs/worker.md, "KV retention"), defined once: the
+    frontend's flat settings (`RETENTION_KEYS`), the CRD's `workers.kvCache.retention` (its spec
+    model inherits these fields) and the policy the frontend decides with
+    (`frontend.retention.RetentionPolicy.from_settings`) are all this record."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: RetentionMode = Field(
+        "agent",
+        description="agent: keep sessions' KV through tool-call gaps and pin the shared system/tools "
+        "prefix (a retention sent with each request); off: the engines' plain LRU",
     )
-    kv_retention_session_seconds: float = Field(
+    session_seconds: float = Field(
         600.0, gt=0, description="how long an agent session's KV outlives its turn (tool-call gaps)"
     )
-    kv_retention_idle_seconds: float = Field(
+    idle_seconds: float = Field(
         120.0, gt=0, description="how long a chat or late-returning session's KV is kept"
     )
-    kv_retention_session_priority: int = Field(
-        80, ge=0, le=100, description="retention priority of agent session blocks (0-100, default 35)"
+    session_priority: int = Field(
+        80, ge=0, le=100, description="retention priority of agent session blocks (0-100)"
     )
-    kv_retention_prefix_priority: int = Field(
+    prefix_priority: int = Field(
         90, ge=0, le=100, description="retention priority of the shared system/tools prefix (no expiry)"
     )
     subagent_trees: bool = Field(
         True,
-        description="link subagents to their parent session (headers, billing line, spawn calls) and let "
-        "retention and placement keep the waiting parent's KV (docs/subagents.md); never changes replies",
+        description="link subagents to their parent session (headers, billing line, spawn calls); hold "
+        "a parent waiting on subagents, release an answered subagent's KV and keep the parent's worker "
+        "(docs/subagents.md); never changes replies",
     )
+
+
+# Each retention setting's key among the frontend's flat settings (flag `--kv-retention-…`).
+RETENTION_KEYS: dict[str, str] = {
+    name: {"mode": "kv_retention", "subagent_trees": "subagent_trees"}.get(name, f"kv_retention_{name}")
+    for name in RetentionSettings.model_fields
+}
+
+
+def _retention_field(name: str) -> Any:
+    """The retention setting `name` as a field of the flat frontend config (default, bounds and
+    description from `RetentionSettings`)."""
+    return copy.copy(RetentionSettings.model_fields[name])
+
+
+class FrontendConfig(PromptConfig):
+    host: str = Field("0.0.0.0", description="address to listen on")
+    # The retention settings, flat (one flag each); `retention` gives them back as the one record.
+    kv_retention: RetentionMode = _retention_field("mode")
+    kv_retention_session_seconds: float = _retention_field("session_seconds")
+    kv_retention_idle_seconds: float = _retention_field("idle_seconds")
+    kv_retention_session_priority: int = _retention_field("session_priority")
+    kv_retention_prefix_priority: int = _retention_field("prefix_priority")
+    subagent_trees: bool = _retention_field("subagent_trees")
     port: int = Field(8000, ge=0, le=65535, description="port to listen on")
     apis: list[ApiName] = Field(default_factory=lambda: list(ALL_APIS), description="APIs served")
     enable_streaming_tool_dispatch: bool = Field(True, description="dispatch tool calls while decoding")
@@ -181,6 +218,11 @@ class FrontendConfig(PromptConfig):
     @classmethod
     def _router_url(cls, value: str | None) -> str | None:
         return None if value is None else http_url(value, what="router", port=False)
+
+    @property
+    def retention(self) -> RetentionSettings:
+        """The retention settings as their one record."""
+        return RetentionSettings.model_validate({n: getattr(self, k) for n, k in RETENTION_KEYS.items()})
 
     call_memory_turns: int = Field(4096, ge=1, description="assistant turns kept to restore client edits")
     exact_replay: bool = Field(

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Literal
 
+from agentserve.config import RetentionMode, RetentionSettings
 from agentserve.worker.engine import (
     RETENTION_PRIORITY_DEFAULT,
     RETENTION_PRIORITY_MAX,
@@ -53,8 +53,6 @@ from agentserve.worker.engine import (
     Retention,
     TokenRangeRetention,
 )
-
-RetentionMode = Literal["off", "agent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +70,25 @@ class RetentionPolicy:
     parent_priority: int = 85  # a parent in a subagent gap (capped at max_priority)
     child_priority: int = 80  # a running child's own blocks (capped below parent_priority)
     child_duration_s: float = 120.0
+
+    @classmethod
+    def from_settings(cls, settings: RetentionSettings) -> RetentionPolicy:
+        """The policy a deployment's retention settings ask for. A session's blocks stay below the
+        shared prefix (hints can raise them to 85 at most); a parent waiting on subagents takes the
+        highest class below the prefix, its running children stay in the session class
+        (`decide_retention` keeps them below the parent)."""
+        below_prefix = min(settings.prefix_priority, max(settings.session_priority, 85))
+        return cls(
+            mode=settings.mode,
+            prefix_priority=settings.prefix_priority,
+            session_priority=settings.session_priority,
+            session_duration_s=settings.session_seconds,
+            idle_duration_s=settings.idle_seconds,
+            max_priority=below_prefix,
+            tree_aware=settings.subagent_trees,
+            parent_priority=below_prefix,
+            child_priority=settings.session_priority,
+        )
 
     def __post_init__(self) -> None:
         for name in (
@@ -186,43 +203,30 @@ def child_release(policy: RetentionPolicy, tokens: int, shared_prefix_tokens: in
     return Retention(tuple(ranges), decode_priority=RETENTION_PRIORITY_MIN)
 
 
-class RetentionTracker:
+class SharedPrefixTracker:
     """What the policy needs that no single request says: the deployment's shared prefix (the
-    longest common block-hash prefix between prompts of different sessions that start alike) and
-    each session's idle time (since its previous request). Bounded LRU maps; pure apart from the
-    `now` the caller passes."""
+    longest common block-hash prefix between prompts of different sessions that start alike). A
+    bounded LRU map by first block; each session's idle time is the session memory's
+    (`frontend.sessions`)."""
 
     def __init__(self, block_size: int, max_entries: int = 4096) -> None:
         self.block_size = block_size
         self.max_entries = max_entries
         # first block hash -> (session of the last prompt seen, its hashes, shared blocks known)
         self._prefixes: OrderedDict[int, tuple[str | None, tuple[int, ...], int]] = OrderedDict()
-        self._last_seen: OrderedDict[str, float] = OrderedDict()
 
     def rename(self, old: str, new: str, first_block: int | None) -> None:
         """`old` is now called `new` (a header-less conversation's key once turn 1's reply anchors it,
-        `prompt.session.key_after`): its idle clock and its prompt entry move along, so its turn 2 is
-        neither a first visit nor "another conversation" sharing the whole of turn 1."""
-        last = self._last_seen.pop(old, None)
-        if last is not None:
-            self._last_seen[new] = last
+        `prompt.session.key_after`): its prompt entry moves along, so its turn 2 is not "another
+        conversation" sharing the whole of turn 1."""
         entry = None if first_block is None else self._prefixes.get(first_block)
         if first_block is not None and entry is not None and entry[0] == old:
             self._prefixes[first_block] = (new, entry[1], entry[2])
 
-    def observe(
-        self, block_hashes: tuple[int, ...], session: str | None, now: float
-    ) -> tuple[int, float | None]:
-        """(shared prefix tokens, idle seconds of the session or None) for a new request."""
-        idle = None
-        if session is not None:
-            last = self._last_seen.pop(session, None)
-            idle = None if last is None else max(0.0, now - last)
-            self._last_seen[session] = now
-            if len(self._last_seen) > self.max_entries:
-                self._last_seen.popitem(last=False)
+    def observe(self, block_hashes: tuple[int, ...], session: str | None) -> int:
+        """The shared prefix in tokens, as known with this request's prompt."""
         if not block_hashes:
-            return 0, idle
+            return 0
         key = block_hashes[0]
         entry = self._prefixes.pop(key, None)
         shared = 0
@@ -240,4 +244,4 @@ class RetentionTracker:
         self._prefixes[key] = (session, block_hashes, shared)
         if len(self._prefixes) > self.max_entries:
             self._prefixes.popitem(last=False)
-        return min(shared, len(block_hashes)) * self.block_size, idle
+        return min(shared, len(block_hashes)) * self.block_size

@@ -16,7 +16,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -69,11 +68,12 @@ from agentserve.frontend.relay import Relay
 from agentserve.frontend.retention import (
     RetentionInputs,
     RetentionPolicy,
-    RetentionTracker,
+    SharedPrefixTracker,
     child_release,
     decide_retention,
     parent_hold,
 )
+from agentserve.frontend.sessions import SessionMemory
 from agentserve.frontend.subagents import SubagentTree, TreeLink, explicit_link, is_claude_subagent
 from agentserve.frontend.surfaces import (
     AnthropicSurface,
@@ -86,12 +86,12 @@ from agentserve.frontend.surfaces import (
 from agentserve.frontend.truncate import truncate_oldest
 from agentserve.frontend.turnstile import Turnstile
 from agentserve.parsing.stream import ParserOptions
-from agentserve.prompt.drift import DriftDetector, DriftReport
+from agentserve.prompt.drift import DriftReport
 from agentserve.prompt.hashing import block_hashes
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, is_agent_traffic, render_prompt
 from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
 from agentserve.prompt.session import conversation_key, key_after
-from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice, splice_any
+from agentserve.prompt.splice import Produced, splice, splice_any
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError
 from agentserve.router.dispatch import NoCapacityError, PrefillOutcome, WorkerLostError
@@ -106,7 +106,6 @@ from agentserve.worker.engine import InvalidRequestError as EngineInvalidRequest
 log = logging.getLogger("agentserve.frontend")
 
 WORKER_LOST = "the worker serving this request failed; retry the request"
-_MAX_SESSIONS = 4096  # sessions whose last prompt length is kept (a drift's cause needs it)
 _MAX_RETENTION_UPDATES = 64  # subagent-tree retention updates in flight (hold / release)
 
 
@@ -209,26 +208,10 @@ class Frontend:
         self.keys = keys if keys is not None else ApiKeys.load(config.api_keys_file)
         self.betas = BetaLog()  # unfamiliar Anthropic beta flags, each logged once
         self.turnstile = Turnstile()  # shared by the three APIs: one preparation per loop iteration
-        self._retention_policy = RetentionPolicy(
-            mode=config.kv_retention,
-            prefix_priority=config.kv_retention_prefix_priority,
-            session_priority=config.kv_retention_session_priority,
-            session_duration_s=config.kv_retention_session_seconds,
-            idle_duration_s=config.kv_retention_idle_seconds,
-            max_priority=min(
-                config.kv_retention_prefix_priority, max(config.kv_retention_session_priority, 85)
-            ),
-            tree_aware=config.subagent_trees,
-            # A parent waiting on subagents: the highest class below the shared prefix; its running
-            # children stay in the session class (`decide_retention` keeps them below the parent).
-            parent_priority=min(
-                config.kv_retention_prefix_priority, max(config.kv_retention_session_priority, 85)
-            ),
-            child_priority=config.kv_retention_session_priority,
-        )
+        self._retention_policy = RetentionPolicy.from_settings(config.retention)
         self.tree = SubagentTree() if config.subagent_trees else None
         self._retention_updates: set[asyncio.Task[None]] = set()
-        self._retention_tracker = RetentionTracker(pipeline.block_size)
+        self._shared_prefix = SharedPrefixTracker(pipeline.block_size)
         self.models: list[ModelFacts] = served_models(config, pipeline.family)
         self._model_ids = frozenset(i for m in self.models for i in m.ids)
         self.telemetry = telemetry or Telemetry.from_config(config, served_models=self._model_ids)
@@ -246,9 +229,8 @@ class Frontend:
             turn_ttl_s=config.call_memory_ttl_s,
             registry=self.telemetry.metrics.registry,
         )
-        self.drift = DriftDetector(pipeline.tokenizer.decode)
-        self.replay = ReplayMemory()  # per session: the last prompt as sent and the output (exact replay)
-        self.answers = AnswerMemory()
+        # Per session: its served turns (exact replay), answers, last prompt + output (drift), idle clock.
+        self.sessions = SessionMemory(pipeline.tokenizer.decode)
         # The family's end-of-turn tokens, sent with every request (resolved once, not per request).
         self.stops = engine_stops(pipeline.family.stop_tokens, pipeline.tokenizer.token_id)
         self.constrainer = Constrainer(
@@ -258,7 +240,6 @@ class Frontend:
             enabled=config.constrained_decoding,
             cache_size=config.constraint_cache_size,
         )
-        self._prompt_lengths: OrderedDict[str, int] = OrderedDict()  # session → last prompt's length
         self.context_window = self.models[0].context_window
         self.max_output = self.models[0].max_output_tokens
 
@@ -451,7 +432,7 @@ class Frontend:
         session = identity.session_id
         replaying = session if self.config.exact_replay else None
         if replaying is not None:
-            restored = self.answers.restore(replaying, request.conversation)
+            restored = self.sessions.restore_answers(replaying, request.conversation)
             if restored is not request.conversation:
                 request = replace(request, conversation=restored)
         request, prompt_of_edits, edited = self.edit_history(request)
@@ -462,7 +443,7 @@ class Frontend:
         canonical = prompt.text
         extends = None
         if replaying is not None and not edited:  # an edited history extends no earlier turn
-            prompt, extends = splice_any(prompt, self.replay.get(replaying), self.pipeline)
+            prompt, extends = splice_any(prompt, self.sessions.turns(replaying), self.pipeline)
         requested = request.options.max_tokens
         max_tokens = output_budget(
             None if requested == 0 else requested, len(prompt.token_ids), self.context_window, self.max_output
@@ -472,8 +453,8 @@ class Frontend:
         )
         drift = previous_prompt = None
         if session is not None and not edited:  # an applied edit changes the prefix on purpose: not drift
-            drift = self.drift.check(session, prompt.token_ids)
-            previous_prompt = self._prompt_lengths.get(session)
+            drift = self.sessions.drift(session, prompt.token_ids)
+            previous_prompt = self.sessions.prompt_tokens(session)
             if drift is not None and drift.drifted:
                 # The text around the divergence goes to the log only (trace records hold no text).
                 log.info("%s prefix drift in session %s: %s", request_id, session, drift.to_json())
@@ -561,7 +542,7 @@ class Frontend:
         assert self.tree is not None
         policy = self._retention_policy
         shared = self.tree.hold_due(parent, now, policy.child_duration_s)
-        context = None if shared is None else self.drift.last(parent)
+        context = None if shared is None else self.sessions.context(parent)
         if shared is None or context is None:
             return
         self._update_retention(list(context), parent, parent_hold(policy, len(context), shared))
@@ -614,7 +595,8 @@ class Frontend:
         if self._retention_policy.mode == "off":
             return None
         request, prompt = p.request, p.prompt
-        shared, idle = self._retention_tracker.observe(prompt.block_hashes, p.tree_session, time.monotonic())
+        shared = self._shared_prefix.observe(prompt.block_hashes, p.tree_session)
+        idle = None if p.tree_session is None else self.sessions.arrived(p.tree_session, time.monotonic())
         p.shared_prefix_tokens = shared
         messages = request.conversation.messages
         inputs = RetentionInputs(
@@ -659,7 +641,7 @@ class Frontend:
                 # Traces and the retention tracker follow the conversation from turn 1 on (docs/prompt.md).
                 p.trace.relabel(session)
                 hashes = p.prompt.block_hashes
-                self._retention_tracker.rename(turn_one, session, hashes[0] if hashes else None)
+                self._rename(turn_one, session, hashes[0] if hashes else None)
         self._tree_turn_ended(p, gen, events, calls=calls, first_turn=first_turn, reply=reply)
         if session is not None:
             self._remember_session(p, gen, events, session, calls=calls, turn=reply)
@@ -702,7 +684,7 @@ class Frontend:
                     p.trace.linked(anchored, p.subagent.parent, p.subagent.source)
                 if p.identity.source != CONVERSATION_SOURCE:  # `_after` moved the others already
                     hashes = p.prompt.block_hashes
-                    self._retention_tracker.rename(node, anchored, hashes[0] if hashes else None)
+                    self._rename(node, anchored, hashes[0] if hashes else None)
                 node = anchored
         tree.turn_ended(node, tool_calls=calls, now=now)
         policy, shared = self._retention_policy, p.shared_prefix_tokens
@@ -819,17 +801,20 @@ class Frontend:
         turn: TurnAccumulator | None,
     ) -> None:
         """The session's drift state and exact-replay turn (and, for an agent's answer, the answer)."""
-        self.drift.remember(session, p.prompt.token_ids, gen.generated)
+        self.sessions.remember_context(session, p.prompt.token_ids, gen.generated)
         if self.config.exact_replay and not p.discard_output:
             produced = Produced.of(p.canonical, p.prompt, gen.generated)
-            self.replay.remember(session, produced, p.extends)
+            self.sessions.remember_turn(session, produced, p.extends)
             # An answer's reasoning matters to the next prompt only where templates keep it (agents).
             if not calls and is_agent_traffic(p.request.conversation):
-                self.answers.remember(session, (turn or TurnAccumulator().feed_all(events)).message())
-        self._prompt_lengths[session] = len(p.prompt.token_ids)
-        self._prompt_lengths.move_to_end(session)
-        while len(self._prompt_lengths) > _MAX_SESSIONS:
-            self._prompt_lengths.popitem(last=False)
+                answer = (turn or TurnAccumulator().feed_all(events)).message()
+                self.sessions.remember_answer(session, answer)
+
+    def _rename(self, old: str, new: str, first_block: int | None) -> None:
+        """A conversation's key moves (turn 1's reply anchors it): its memories and its entry in the
+        shared-prefix tracker follow."""
+        self.sessions.rename(old, new)
+        self._shared_prefix.rename(old, new, first_block)
 
     async def _save_response(
         self, p: Prepared, turn: TurnAccumulator, response_id: str, body: dict[str, object] | None

@@ -19,9 +19,11 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel
+from pydantic.alias_generators import to_camel
 
 from agentserve import __version__
 from agentserve.config import (
+    RETENTION_KEYS,
     FrontendConfig,
     PlannerServiceConfig,
     RouterConfig,
@@ -283,6 +285,10 @@ def _s(get: Callable[[AgentServingDeploymentSpec], Any]) -> Callable[[Ctx], Any]
     return lambda ctx: get(ctx.spec)
 
 
+def _retention_setting(name: str) -> Callable[[Ctx], Any]:
+    return lambda ctx: getattr(ctx.spec.workers.kv_cache.retention, name)
+
+
 def inflight_limit(spec: AgentServingDeploymentSpec) -> int:
     """The router's in-flight limit per worker: the spec's, else the engine's batch size. More than the
     batch would queue requests inside TensorRT-LLM, where the router cannot reorder them."""
@@ -483,12 +489,16 @@ MAPPINGS: tuple[Mapping, ...] = (
         "free_gpu_memory_fraction",
         _s(lambda s: s.workers.kv_cache.free_gpu_memory_fraction),
     ),
-    Mapping(
-        "workers.kvCache.retention.mode",
-        "frontend",
-        "kv_retention",
-        _s(lambda s: s.workers.kv_cache.retention.mode),
-        "the frontend decides each request's retention",
+    # The retention settings, each to the frontend's flat key (one record: config.RetentionSettings).
+    *(
+        Mapping(
+            f"workers.kvCache.retention.{to_camel(name)}",
+            "frontend",
+            key,
+            _retention_setting(name),
+            "the frontend decides each request's retention" if name == "mode" else "",
+        )
+        for name, key in RETENTION_KEYS.items()
     ),
     Mapping(
         "workers.kvCache.retention.mode",
@@ -496,36 +506,6 @@ MAPPINGS: tuple[Mapping, ...] = (
         "kv_retention",
         _s(lambda s: s.workers.kv_cache.retention.mode),
         "off: the worker ignores retention",
-    ),
-    Mapping(
-        "workers.kvCache.retention.sessionSeconds",
-        "frontend",
-        "kv_retention_session_seconds",
-        _s(lambda s: s.workers.kv_cache.retention.session_seconds),
-    ),
-    Mapping(
-        "workers.kvCache.retention.idleSeconds",
-        "frontend",
-        "kv_retention_idle_seconds",
-        _s(lambda s: s.workers.kv_cache.retention.idle_seconds),
-    ),
-    Mapping(
-        "workers.kvCache.retention.sessionPriority",
-        "frontend",
-        "kv_retention_session_priority",
-        _s(lambda s: s.workers.kv_cache.retention.session_priority),
-    ),
-    Mapping(
-        "workers.kvCache.retention.prefixPriority",
-        "frontend",
-        "kv_retention_prefix_priority",
-        _s(lambda s: s.workers.kv_cache.retention.prefix_priority),
-    ),
-    Mapping(
-        "workers.kvCache.retention.subagentTrees",
-        "frontend",
-        "subagent_trees",
-        _s(lambda s: s.workers.kv_cache.retention.subagent_trees),
     ),
     Mapping(
         "workers.kvCache.hostCacheBytes",

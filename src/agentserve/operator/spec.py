@@ -21,7 +21,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
-from agentserve.config import ALL_APIS, ApiName, ReplayPolicy
+from agentserve.config import ALL_APIS, ApiName, ReplayPolicy, RetentionSettings
 from agentserve.families import family_names
 from agentserve.operator.llm_args import TRTLLM_RELEASE, unknown_llm_api_options
 from agentserve.worker.profiles import DEFAULT_PROFILE, shipped_profiles
@@ -439,30 +439,9 @@ class RouterSpec(ComponentSpec):
     )
 
 
-class KvRetentionSpec(_Spec):
-    """How long KV blocks outlive their request (docs/worker.md, "KV retention")."""
-
-    mode: Literal["off", "agent"] = Field(
-        "agent",
-        description="agent: keep sessions' KV through tool-call gaps, pin the shared prefix; off: LRU",
-    )
-    session_seconds: float = Field(
-        600.0, gt=0, description="how long an agent session's KV outlives its turn"
-    )
-    idle_seconds: float = Field(
-        120.0, gt=0, description="how long a chat or late-returning session's KV is kept"
-    )
-    session_priority: int = Field(
-        80, ge=0, le=100, description="priority of agent session blocks (default 35)"
-    )
-    prefix_priority: int = Field(
-        90, ge=0, le=100, description="priority of the shared system/tools prefix (kept without expiry)"
-    )
-    subagent_trees: bool = Field(
-        True,
-        description="link subagents to their parent session; hold a parent waiting on subagents, release "
-        "an answered subagent's KV, keep the parent's worker (docs/subagents.md); never changes replies",
-    )
+class KvRetentionSpec(_Spec, RetentionSettings):
+    """How long KV blocks outlive their request (docs/worker.md, "KV retention"): the frontend's
+    retention settings (`config.RetentionSettings`), field for field, in the CRD's camelCase."""
 
 
 class KvCacheSpec(_Spec):

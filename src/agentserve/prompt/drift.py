@@ -6,14 +6,13 @@ first differing token on is lost. The report says where (token index), how many 
 and shows ~80 characters on each side, which is how a new cache-poisoning span (a date, an id, a
 re-serialised tool call) is found without waiting for someone to write a blog post about it.
 
-`compare` is pure. `DriftDetector` is the bounded memory around it: an LRU over sessions, capped by
-session count and by total stored tokens.
+`compare` is pure; the frontend's session memory (`frontend.sessions`) keeps each session's last
+prompt + output for it.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -85,50 +84,3 @@ def compare(previous: Sequence[int], prompt: Sequence[int], decode: Decode) -> D
         previous_after=decode(previous[i : i + _CONTEXT_TOKENS])[:CONTEXT_CHARS],
         prompt_after=decode(prompt[i : i + _CONTEXT_TOKENS])[:CONTEXT_CHARS],
     )
-
-
-class DriftDetector:
-    """Remembers each session's last prompt + output; LRU-bounded by sessions and total tokens."""
-
-    def __init__(self, decode: Decode, max_sessions: int = 1024, max_tokens: int = 64 * 1024 * 1024) -> None:
-        if max_sessions < 1 or max_tokens < 1:
-            raise ValueError("max_sessions and max_tokens must be positive")
-        self._decode = decode
-        self._max_sessions = max_sessions
-        self._max_tokens = max_tokens
-        self._sessions: OrderedDict[str, array[int]] = OrderedDict()
-        self._tokens = 0
-
-    def __len__(self) -> int:
-        return len(self._sessions)
-
-    @property
-    def stored_tokens(self) -> int:
-        return self._tokens
-
-    def check(self, session: str, prompt: Sequence[int]) -> DriftReport | None:
-        """Compare `prompt` with the session's previous prompt + output (None for a new session)."""
-        previous = self._sessions.get(session)
-        if previous is None:
-            return None
-        self._sessions.move_to_end(session)
-        return compare(previous, prompt, self._decode)
-
-    def last(self, session: str) -> Sequence[int] | None:
-        """The session's last prompt + output as remembered (None: not, or no longer, known)."""
-        return self._sessions.get(session)
-
-    def remember(self, session: str, prompt: Sequence[int], generated: Sequence[int] = ()) -> None:
-        """Record what this turn's prompt and output were, for the session's next prompt."""
-        old = self._sessions.pop(session, None)
-        if old is not None:
-            self._tokens -= len(old)
-        tokens = array("I", prompt)
-        tokens.extend(generated)
-        if len(tokens) > self._max_tokens:
-            return  # larger than the whole budget: not worth evicting everything else for
-        self._sessions[session] = tokens
-        self._tokens += len(tokens)
-        while len(self._sessions) > self._max_sessions or self._tokens > self._max_tokens:
-            _, evicted = self._sessions.popitem(last=False)
-            self._tokens -= len(evicted)

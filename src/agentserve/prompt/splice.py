@@ -14,16 +14,15 @@ echo means the same turn. Anything else — an edited history, reasoning the tem
 gpt-oss's `<|return|>` that history writes as `<|end|>` — is left to the template.
 
 Answers whose reasoning a Chat client dropped (turns without calls: the call memory finds turns by
-call id) are put back first, per session, by `AnswerMemory`, so their reasoning, and with it the
-splice, survive too.
+call id) are put back first (`restore_answers`, from the session's answers), so their reasoning, and
+with it the splice, survive too. What is remembered per session lives in `frontend.sessions`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from agentserve.conversation import Conversation, Message, Text
@@ -174,90 +173,26 @@ def splice_any(
     return rendered, None
 
 
-class ReplayMemory:
-    """Per session, the last turn of each of its few conversations (a session id can carry more than
-    one: Claude Code's title request shares the main agent's): a request that fell back to the
-    template for its whole history would lose its cache from the first turn the model wrote its own
-    way. LRU-bounded by sessions and by stored characters+tokens (the default, 8 M, is a few hundred
-    MB at most: token ids are kept as the prompt's own tuple)."""
-
-    def __init__(
-        self, max_sessions: int = 1024, max_size: int = 8 * 1024 * 1024, per_session: int = 4
-    ) -> None:
-        self._max_sessions = max_sessions
-        self._max_size = max_size
-        self._per_session = per_session
-        self._sessions: OrderedDict[str, list[Produced]] = OrderedDict()
-        self._size = 0
-
-    def __len__(self) -> int:
-        return len(self._sessions)
-
-    def get(self, session: str) -> list[Produced]:
-        """The session's remembered turns, most recent first."""
-        turns = self._sessions.get(session)
-        if turns is None:
-            return []
-        self._sessions.move_to_end(session)
-        return list(turns)
-
-    def remember(self, session: str, produced: Produced, replaces: Produced | None = None) -> None:
-        """Record `produced`, in place of the turn it extended (`replaces`), else as a new conversation."""
-        turns = self._sessions.pop(session, [])
-        kept: list[Produced] = []
-        for t in turns:
-            if t is replaces or len(kept) >= self._per_session - 1:
-                self._size -= t.size
-            else:
-                kept.append(t)
-        if produced.size <= self._max_size:
-            kept.insert(0, produced)
-            self._size += produced.size
-        if kept:
-            self._sessions[session] = kept
-        while len(self._sessions) > self._max_sessions or self._size > self._max_size:
-            _, evicted = self._sessions.popitem(last=False)
-            self._size -= sum(t.size for t in evicted)
+def answer_key(message: Message) -> str:
+    """What identifies an answer in a client's echo: its text, whitespace normalised."""
+    return " ".join(message.text.split())
 
 
-def _answer_key(session: str, message: Message) -> str:
-    return session + "\0" + " ".join(message.text.split())
-
-
-class AnswerMemory:
-    """A session's recent answers (assistant turns without calls), to put back the reasoning a Chat
-    client dropped from them. Scoped by session: another conversation's "done." is not this one's."""
-
-    def __init__(self, max_answers: int = 4096) -> None:
-        self._max = max_answers
-        self._answers: OrderedDict[str, Message] = OrderedDict()
-
-    def remember(self, session: str, message: Message) -> None:
-        if message.tool_calls or not message.text.strip():
-            return
-        key = _answer_key(session, message)
-        self._answers[key] = message
-        self._answers.move_to_end(key)
-        while len(self._answers) > self._max:
-            self._answers.popitem(last=False)
-
-    def restore(self, session: str, conversation: Conversation) -> Conversation:
-        """`conversation` with each answer that means a remembered one (the same text, its reasoning
-        dropped) replaced by the answer as produced."""
-        if not self._answers:
-            return conversation
-        messages = list(conversation.messages)
-        changed = False
-        for i, message in enumerate(messages):
-            if message.role != "assistant" or message.tool_calls:
-                continue
-            mine = self._answers.get(_answer_key(session, message))
-            if mine is None or mine == message:
-                continue
-            # Only an echo that is the answer's text alone (its reasoning dropped) is put back: one that
-            # kept reasoning is the client's to keep as it is.
-            if not all(isinstance(p, Text) for p in message.parts):
-                continue
-            messages[i] = mine
-            changed = True
-        return replace(conversation, messages=tuple(messages)) if changed else conversation
+def restore_answers(answers: Mapping[str, Message], conversation: Conversation) -> Conversation:
+    """`conversation` with each answer that means a remembered one (`answers`, by `answer_key`: the
+    same text, its reasoning dropped) replaced by the answer as produced."""
+    messages = list(conversation.messages)
+    changed = False
+    for i, message in enumerate(messages):
+        if message.role != "assistant" or message.tool_calls:
+            continue
+        mine = answers.get(answer_key(message))
+        if mine is None or mine == message:
+            continue
+        # Only an echo that is the answer's text alone (its reasoning dropped) is put back: one that
+        # kept reasoning is the client's to keep as it is.
+        if not all(isinstance(p, Text) for p in message.parts):
+            continue
+        messages[i] = mine
+        changed = True
+    return replace(conversation, messages=tuple(messages)) if changed else conversation

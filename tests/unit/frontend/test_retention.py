@@ -9,9 +9,10 @@ from agentserve.frontend.retention import (
     OFF,
     RetentionInputs,
     RetentionPolicy,
-    RetentionTracker,
+    SharedPrefixTracker,
     decide_retention,
 )
+from agentserve.frontend.sessions import SessionMemory
 from agentserve.worker.engine import TokenRangeRetention
 
 
@@ -60,8 +61,19 @@ def test_priorities_out_of_range_are_refused(field: str) -> None:
         RetentionPolicy(**{field: 101})  # type: ignore[arg-type]
 
 
+class _Tracker:
+    """The shared-prefix tracker and the sessions' idle clock, observed together as the frontend does."""
+
+    def __init__(self) -> None:
+        self.prefix = SharedPrefixTracker(block_size=32)
+        self.sessions = SessionMemory(lambda ids: "")
+
+    def observe(self, hashes: tuple[int, ...], session: str, now: float) -> tuple[int, float | None]:
+        return self.prefix.observe(hashes, session), self.sessions.arrived(session, now)
+
+
 def test_tracker_learns_the_shared_prefix_across_sessions_and_the_idle_time() -> None:
-    t = RetentionTracker(block_size=32)
+    t = _Tracker()
     prefix = (1, 2, 3, 4)
     assert t.observe((*prefix, 10, 11), "a", now=0.0) == (0, None)
     # The same session growing its prompt says nothing about what other sessions share.

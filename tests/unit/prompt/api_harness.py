@@ -31,10 +31,11 @@ from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.conversation import Finish, Message, OutputEvent, ToolCallEnd, ToolSpec, Usage
 from agentserve.families import get_family
+from agentserve.frontend.sessions import SessionMemory
 from agentserve.parsing import ParserOptions
 from agentserve.prompt.history import events_to_message
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
-from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, splice_any
+from agentserve.prompt.splice import Produced, splice_any
 
 ApiName = Literal["anthropic", "chat", "responses"]
 APIS: tuple[ApiName, ...] = ("anthropic", "chat", "responses")
@@ -66,8 +67,7 @@ class Server:
     # The frontend's exact replay for this server's one session (prompt.splice), and what the
     # template rendered before it spliced (one per request).
     exact_replay: bool = False
-    replay: ReplayMemory = field(default_factory=ReplayMemory)
-    answers: AnswerMemory = field(default_factory=AnswerMemory)
+    sessions: SessionMemory = field(default_factory=lambda: SessionMemory(lambda ids: ""))
     canonical: list[str] = field(default_factory=list)
     # A scripted output that repeats what the prompt already opened (`<think>\n` with thinking on)
     # loses that part, as the model would not write it again.
@@ -78,7 +78,7 @@ class Server:
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         decoded = self.decode(json.loads(request.content))
         if self.exact_replay:
-            restored = self.answers.restore("s", decoded.conversation)
+            restored = self.sessions.restore_answers("s", decoded.conversation)
             decoded = replace(decoded, conversation=restored)
         thinking = decoded.options.reasoning.enabled
         prompt = render_prompt(
@@ -91,7 +91,7 @@ class Server:
         self.canonical.append(prompt.text)
         extends = None
         if self.exact_replay:
-            prompt, extends = splice_any(prompt, self.replay.get("s"), self.pipeline)
+            prompt, extends = splice_any(prompt, self.sessions.turns("s"), self.pipeline)
         raw = self.outputs.pop(0)
         if self.trim_prefill:
             raw = raw[_overlap(prompt.text, raw) :]
@@ -106,8 +106,10 @@ class Server:
             self.memory.remember(TurnAccumulator().feed_all(events).message())
         if self.exact_replay:
             output = self.pipeline.tokenizer.decode(generated)
-            self.replay.remember("s", Produced.of(self.canonical[-1], prompt, generated, output), extends)
-            self.answers.remember("s", TurnAccumulator().feed_all(events).message())
+            self.sessions.remember_turn(
+                "s", Produced.of(self.canonical[-1], prompt, generated, output), extends
+            )
+            self.sessions.remember_answer("s", TurnAccumulator().feed_all(events).message())
         self.served.append(Served(decoded, prompt, raw, generated, events_to_message(events)))
         return httpx2.Response(
             200,

@@ -31,7 +31,8 @@ from prompt_cases import (
 from agentserve.config import ReplayPolicy
 from agentserve.conversation import Conversation, Message, Reasoning, Text
 from agentserve.families import Family
-from agentserve.prompt.drift import DriftDetector, DriftReport
+from agentserve.frontend.sessions import SessionMemory
+from agentserve.prompt.drift import DriftReport
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
 from agentserve.prompt.template import ChatTemplate, ModelTemplates
 
@@ -39,18 +40,18 @@ from agentserve.prompt.template import ChatTemplate, ModelTemplates
 def simulate(
     pipeline: PromptPipeline, name: str, script: Sequence[Case], turns: int = 10, **kwargs: Any
 ) -> list[DriftReport]:
-    detector = DriftDetector(pipeline.tokenizer.decode)
+    detector = SessionMemory(pipeline.tokenizer.decode)
     messages: list[Message] = []
     reports: list[DriftReport] = []
     calls = 0
     for turn in range(turns):
         rendered = render_prompt(conversation(*messages), pipeline, **kwargs)
-        report = detector.check("session", rendered.token_ids)
+        report = detector.drift("session", rendered.token_ids)
         if report is not None:
             reports.append(report)
         case = script[turn % len(script)].numbered(calls, kimi=name == "kimi-k2")
         calls += len(case.calls)
-        detector.remember("session", rendered.token_ids, pipeline.tokenizer.encode(case.raw))
+        detector.remember_context("session", rendered.token_ids, pipeline.tokenizer.encode(case.raw))
         if has_parser(name):
             answer = parse_turn(name, case.raw, rendered.starts_in_reasoning)
         else:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from prompt_cases import SYSTEM, TOOLS, assert_divergence_in_date
 
 from agentserve.conversation import Conversation, Message, Text, ToolCall, ToolResult
-from agentserve.prompt.drift import DriftDetector, common_prefix, compare
+from agentserve.frontend.sessions import SessionMemory
+from agentserve.prompt.drift import common_prefix, compare
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
 
 
@@ -47,38 +48,38 @@ def claude_code_turn(date: str, *messages: Message) -> Conversation:
 
 def test_finds_a_planted_date_change() -> None:
     pipeline = PromptPipeline.for_family("qwen3")
-    detector = DriftDetector(pipeline.tokenizer.decode)
+    detector = SessionMemory(pipeline.tokenizer.decode)
     turn1 = render_prompt(claude_code_turn("2026-01-01"), pipeline)
     output = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "pytest"}}\n</tool_call><|im_end|>'
-    detector.remember("s1", turn1.token_ids, pipeline.tokenizer.encode(output))
+    detector.remember_context("s1", turn1.token_ids, pipeline.tokenizer.encode(output))
     answer = Message("assistant", (ToolCall("c1", "bash", '{"cmd": "pytest"}'),))
     results = Message("user", (ToolResult("c1", (Text("1 failed"),)),))
 
     same_day = render_prompt(claude_code_turn("2026-01-01", answer, results), pipeline)
-    report = detector.check("s1", same_day.token_ids)
+    report = detector.drift("s1", same_day.token_ids)
     assert report is not None and not report.drifted
 
     next_day = render_prompt(claude_code_turn("2026-01-02", answer, results), pipeline)
-    report = detector.check("s1", next_day.token_ids)
+    report = detector.drift("s1", next_day.token_ids)
     assert report is not None and report.drifted
     assert_divergence_in_date(report.before, report.previous_after, report.prompt_after)
     assert report.reusable_tokens == common_prefix(turn1.token_ids, next_day.token_ids)
 
 
 def test_unknown_sessions_report_nothing() -> None:
-    assert DriftDetector(decode).check("nobody", [1, 2]) is None
+    assert SessionMemory(decode).drift("nobody", [1, 2]) is None
 
 
 def test_memory_is_bounded_by_sessions_and_by_tokens() -> None:
-    detector = DriftDetector(decode, max_sessions=2, max_tokens=10)
-    detector.remember("a", [1, 2, 3])
-    detector.remember("b", [1, 2, 3])
-    detector.check("a", [1])  # touch a: b is now the least recently used
-    detector.remember("c", [1, 2, 3])
-    assert detector.check("b", [1]) is None and len(detector) == 2
-    detector.remember("d", [1] * 6, [2] * 2)  # 8 tokens: a and c are evicted until the total fits
+    detector = SessionMemory(decode, max_sessions=2, max_context_tokens=10)
+    detector.remember_context("a", [1, 2, 3])
+    detector.remember_context("b", [1, 2, 3])
+    detector.drift("a", [1])  # touch a: b is now the least recently used
+    detector.remember_context("c", [1, 2, 3])
+    assert detector.drift("b", [1]) is None and len(detector) == 2
+    detector.remember_context("d", [1] * 6, [2] * 2)  # 8 tokens: a and c are evicted until the total fits
     assert detector.stored_tokens == 8 and len(detector) == 1
-    detector.remember("huge", [1] * 11)  # larger than the budget: not kept at all
-    assert detector.check("huge", [1]) is None and detector.check("d", [1]) is not None
-    detector.remember("d", [1])  # replacing a session releases its old tokens
+    detector.remember_context("huge", [1] * 11)  # larger than the budget: not kept at all
+    assert detector.drift("huge", [1]) is None and detector.drift("d", [1]) is not None
+    detector.remember_context("d", [1])  # replacing a session releases its old tokens
     assert detector.stored_tokens == 1

@@ -13,8 +13,9 @@ from fidelity_loop import VARIANTS, Variant, run
 from prompt_cases import FAMILY_NAMES, QUESTION, SYSTEM
 
 from agentserve.conversation import Conversation, Message, Reasoning, Text, ToolCall, ToolResult
+from agentserve.frontend.sessions import SessionMemory
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
-from agentserve.prompt.splice import AnswerMemory, Produced, ReplayMemory, align, splice, splice_any
+from agentserve.prompt.splice import Produced, align, splice, splice_any
 
 
 def test_align_ignores_whitespace_only() -> None:
@@ -33,6 +34,10 @@ def test_align_ignores_whitespace_only() -> None:
 
 def _pipeline() -> PromptPipeline:
     return PromptPipeline.for_family("qwen3")
+
+
+def _decode(ids: object) -> str:
+    return ""
 
 
 def _conversation(*messages: Message) -> Conversation:
@@ -100,25 +105,25 @@ def test_a_turn_that_differs_beyond_whitespace_is_reused_up_to_where_it_differs(
 
 
 def test_answers_get_their_dropped_reasoning_back_only_in_their_own_session() -> None:
-    memory = AnswerMemory()
+    memory = SessionMemory(_decode)
     produced = Message("assistant", (Reasoning("Both are known."), Text("Paris is 18C.")))
-    memory.remember("s1", produced)
+    memory.remember_answer("s1", produced)
     echoed = _conversation(Message("assistant", (Text("Paris is 18C. "),)), Message("user", (Text("ok"),)))
-    assert memory.restore("s1", echoed).messages[1] == produced
-    assert memory.restore("s2", echoed) is echoed
+    assert memory.restore_answers("s1", echoed).messages[1] == produced
+    assert memory.restore_answers("s2", echoed) is echoed
     kept = _conversation(Message("assistant", (Reasoning("Mine."), Text("Paris is 18C."))))
-    assert memory.restore("s1", kept) is kept  # a client that kept reasoning keeps its own
+    assert memory.restore_answers("s1", kept) is kept  # a client that kept reasoning keeps its own
 
 
 def test_replay_memory_is_bounded() -> None:
     pipeline = _pipeline()
     prompt = render_prompt(_conversation(), pipeline)
-    memory = ReplayMemory(max_sessions=2)
+    memory = SessionMemory(_decode, max_sessions=2)
     for s in ("a", "b", "c"):
-        memory.remember(s, Produced.of(prompt.text, prompt, [1], "x"))
-    assert len(memory) == 2 and memory.get("a") == [] and len(memory.get("c")) == 1
-    small = ReplayMemory(max_size=10)
-    small.remember("a", Produced.of(prompt.text, prompt, [1], "x"))
+        memory.remember_turn(s, Produced.of(prompt.text, prompt, [1], "x"))
+    assert len(memory) == 2 and memory.turns("a") == [] and len(memory.turns("c")) == 1
+    small = SessionMemory(_decode, max_replay_size=10)
+    small.remember_turn("a", Produced.of(prompt.text, prompt, [1], "x"))
     assert len(small) == 0  # larger than the whole budget
 
 
@@ -150,7 +155,7 @@ def test_a_side_request_under_the_same_session_does_not_cost_the_main_conversati
     # Claude Code's title request shares the main agent's session id: the main conversation's next
     # turn must still splice onto its own last turn, not fall back to the template for all history.
     pipeline = _pipeline()
-    memory = ReplayMemory()
+    memory = SessionMemory(pipeline.tokenizer.decode)
     first = render_prompt(_conversation(), pipeline)
     raw = (
         "<think>\nCheck it.\n</think>\n <tool_call>\n"
@@ -158,20 +163,20 @@ def test_a_side_request_under_the_same_session_does_not_cost_the_main_conversati
     )
     generated = pipeline.tokenizer.encode(raw)
     main = Produced.of(first.text, first, generated, raw)
-    memory.remember("s", main)
+    memory.remember_turn("s", main)
     side = render_prompt(Conversation((Text("Write a title."),), (Message("user", (Text("hi"),)),)), pipeline)
-    side_prompt, extends = splice_any(side, memory.get("s"), pipeline)
+    side_prompt, extends = splice_any(side, memory.turns("s"), pipeline)
     assert extends is None and side_prompt is side
-    memory.remember("s", Produced.of(side.text, side, [1, 2], "Title<|im_end|>"), extends)
+    memory.remember_turn("s", Produced.of(side.text, side, [1, 2], "Title<|im_end|>"), extends)
     turn = Message("assistant", (Reasoning("Check it."), ToolCall("call_1", "bash", '{"cmd": "ls"}')))
     result = Message("tool", (ToolResult("call_1", (Text("a.py"),), False, "bash"),))
     second = render_prompt(_conversation(turn, result), pipeline)
-    spliced, extends = splice_any(second, memory.get("s"), pipeline)
+    spliced, extends = splice_any(second, memory.turns("s"), pipeline)
     assert extends is main
     previous = [*first.token_ids, *generated]
     assert list(spliced.token_ids[: len(previous)]) == previous
-    memory.remember("s", Produced.of(second.text, spliced, [3], "x"), extends)
-    assert [p.prompt_text for p in memory.get("s")] == [spliced.text, side.text]  # main replaced
+    memory.remember_turn("s", Produced.of(second.text, spliced, [3], "x"), extends)
+    assert [p.prompt_text for p in memory.turns("s")] == [spliced.text, side.text]  # main replaced
     for i in range(6):  # a few conversations per session at most
-        memory.remember("s", Produced.of(str(i), side, [4], "y"))
-    assert len(memory.get("s")) == 4
+        memory.remember_turn("s", Produced.of(str(i), side, [4], "y"))
+    assert len(memory.turns("s")) == 4

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from agentserve.sampling import Samplers
+
 ToolChoiceMode: TypeAlias = Literal["auto", "none", "required", "named"]
 ThinkingMode: TypeAlias = Literal["default", "enabled", "adaptive", "disabled"]
 
@@ -79,16 +81,13 @@ class ResponseFormat:
 
 
 @dataclass(frozen=True, slots=True)
-class GenerationOptions:
+class GenerationOptions(Samplers):
+    """What the request asks for besides the conversation; its samplers (`agentserve.sampling`) are
+    the engines' own, copied to the engine request as they are."""
+
     model: str
     max_tokens: int | None = None  # None: up to the context window
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
     stop: tuple[str, ...] = ()
-    seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
     stream: bool = False
     tool_choice: ToolChoice = ToolChoice()
     parallel_tool_calls: bool = True

@@ -15,34 +15,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from agentserve.constraints.spec import Constraint
 from agentserve.conversation import FinishReason, Usage
+from agentserve.sampling import Samplers
 
 # --------------------------------------------------------------------------------------------------
 # Requests
 
 
-def sampler(kind: type[int] | tuple[type[int], type[float]]) -> Any:
-    """A sampler every engine takes as it is, under its own name: on the worker wire, in TensorRT-LLM's
-    `SamplingParams` and in the API options (`kind`: what the wire accepts). None: the engine's default."""
-    return field(default=None, metadata={"sampler": kind})
-
-
-NUMBER = (int, float)  # a float sampler accepts integers on the wire too
-
-
 @dataclass(frozen=True, slots=True)
-class SamplingParams:
-    """Decoding settings. `max_tokens` is always explicit (TensorRT-LLM's own default is 32)."""
+class SamplingParams(Samplers):
+    """Decoding settings: the samplers (`agentserve.sampling`) and what the frontend adds.
+    `max_tokens` is always explicit (TensorRT-LLM's own default is 32)."""
 
     max_tokens: int = 1024
-    temperature: float | None = sampler(NUMBER)
-    top_p: float | None = sampler(NUMBER)
-    top_k: int | None = sampler(int)
-    min_p: float | None = sampler(NUMBER)
-    seed: int | None = sampler(int)
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     # TensorRT-LLM's `include_stop_str_in_output` (default False: a matched stop token/string is cut
@@ -50,9 +38,6 @@ class SamplingParams:
     # drift detector see the model's raw output, terminator included.
     include_stop: bool = False
     ignore_eos: bool = False  # keep generating until max_tokens (benchmarks)
-    presence_penalty: float | None = sampler(NUMBER)
-    frequency_penalty: float | None = sampler(NUMBER)
-    repetition_penalty: float | None = sampler(NUMBER)
     # Log-probabilities: None asks for none; k ≥ 0 asks for each output token's own and the k most
     # likely alternatives (OpenAI `top_logprobs`, at most 20; TensorRT-LLM's `logprobs`).
     logprobs: int | None = None
@@ -60,11 +45,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
 
 
-# The samplers (`sampler(...)` fields) with the types the wire accepts, and every field's name: the
-# worker wire, the TensorRT-LLM mapping and the frontend read these instead of listing names.
-SAMPLERS: tuple[tuple[str, Any], ...] = tuple(
-    (f.name, f.metadata["sampler"]) for f in fields(SamplingParams) if "sampler" in f.metadata
-)
+# Every field of an engine request's settings (the wire refuses others).
 SAMPLING_FIELDS: frozenset[str] = frozenset(f.name for f in fields(SamplingParams))
 
 

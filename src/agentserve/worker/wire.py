@@ -33,10 +33,10 @@ import msgpack
 
 from agentserve.constraints.spec import Constraint
 from agentserve.conversation import FinishReason, Usage
+from agentserve.sampling import SAMPLERS
 from agentserve.worker.engine import (
     RETENTION_PRIORITY_MAX,
     RETENTION_PRIORITY_MIN,
-    SAMPLERS,
     SAMPLING_FIELDS,
     GenerateRequest,
     Hints,

@@ -14,6 +14,7 @@ import asyncio
 import json
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -176,9 +177,8 @@ def test_the_operator_deploys_the_planner_and_it_scales_the_workers(
             "3 worker pods with addresses",
         )
 
-        # The operator's status write replaces the condition list with what it read (the planner's
-        # condition carried over); one read before the planner's write drops it until the planner's
-        # next step puts it back: wait for both to show, as `kubectl get` eventually does.
+        # The operator's counts and the planner's condition are two writers' (server-side apply,
+        # each its own fields): wait for both to show, as `kubectl get` eventually does.
         def scaled(obj: dict[str, Any] | None) -> bool:
             return (
                 obj is not None
@@ -259,3 +259,56 @@ def test_an_hpa_can_drive_the_workers_through_the_scale_subresource(operator: Op
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__, "-q"])
+
+
+def test_the_operators_and_the_planners_status_writes_keep_each_others_conditions(
+    operator: Operator,
+) -> None:
+    """Status is written by server-side apply under two field managers (conditions are a list-map
+    keyed by type): an operator write computed from a read taken before the planner's write leaves
+    the planner's condition in place, and the operator removes it once the spec drops autoscaling."""
+    from kubernetes import config as kube_config
+
+    from agentserve.operator.cluster import KubeCluster
+    from agentserve.planner.kube import planner_condition
+
+    kube = operator.kube
+    ns, name = "two-writers", "writers"
+    kube.ensure_namespace(ns)
+    cr = {**CR, "metadata": {"name": name, "namespace": ns}}
+    kube.apply_yaml(yaml.safe_dump(cr))
+
+    def ready(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        return obj if condition(obj, "Ready").get("status") == "True" else None
+
+    stale = wait_for(
+        lambda: ready(kube.get("asd", name, ns)),
+        90,
+        f"{name} Ready",
+        interval=0.3,
+    )
+    client = kube_config.new_client_from_config(config_file=str(kube.kubeconfig))
+    ours = planner_condition(
+        None, ok=True, reason="Steady", message="1 workers: steady", generation=1, now=datetime.now(UTC)
+    )
+    PlannerKube(ns, name, client).set_condition(stale, ours)
+    assert condition(kube.get("asd", name, ns), AUTOSCALING_CONDITION).get("message") == "1 workers: steady"
+
+    # The operator's next write, from the read taken before the planner's (another message, so it
+    # is a real write under the operator's field manager).
+    status = dict(stale["status"])
+    status["conditions"] = [
+        {**c, "message": "rewritten from a stale read"} if c["type"] == "Ready" else c
+        for c in status["conditions"]
+    ]
+    KubeCluster(client).apply_status(ns, name, status)
+    assert condition(kube.get("asd", name, ns), AUTOSCALING_CONDITION).get("message") == "1 workers: steady"
+
+    kube.merge_patch(name, ns, {"spec": {"autoscaling": None}})
+    wait_for(
+        lambda: not condition(kube.get("asd", name, ns), AUTOSCALING_CONDITION),
+        60,
+        "the operator to remove the planner's condition once autoscaling is gone",
+        interval=0.3,
+    )
+    kube.kubectl("delete", "namespace", ns, "--wait=false")

@@ -58,7 +58,16 @@ class Cluster(Protocol):
         """The AgentServingDeployment `name`, or None when it is gone."""
         ...
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Server-side apply the CR's status under our field manager: the fields (and conditions,
+        a list-map keyed by type) we set are ours; another writer's condition (the planner's
+        `Autoscaling`) is left alone, however old the status we computed ours from."""
+        ...
+
+    def remove_condition(self, namespace: str, name: str, condition_type: str) -> None:
+        """Remove one condition whoever wrote it (a JSON patch tested on its type: a list that moved
+        since the read is a 422, not a wrong removal); nothing when it is not there."""
+        ...
 
     def list_owners(self, namespaces: Sequence[str]) -> Objects:
         """Every AgentServingDeployment in `namespaces` (all namespaces when empty)."""
@@ -291,12 +300,40 @@ class KubeCluster:
                 return None
             raise
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.apply_subresource(
+            {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": namespace}},
+            "status",
+            {"status": status},
+        )
+
+    def apply_subresource(self, obj: dict[str, Any], subresource: str, fields: dict[str, Any]) -> None:
+        """Server-side apply `fields` to a subresource of `obj` (its apiVersion, kind and name)."""
+        meta = obj["metadata"]
+        path = self._path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        self.request(
+            "PATCH",
+            f"{path}/{subresource}",
+            query=[("fieldManager", self._field_manager), ("force", "true")],
+            body={"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": meta, **fields},
+            content_type="application/apply-patch+yaml",
+        )
+
+    def remove_condition(self, namespace: str, name: str, condition_type: str) -> None:
+        owner = self.get_owner(namespace, name)
+        conditions = ((owner or {}).get("status") or {}).get("conditions") or []
+        index = next((i for i, c in enumerate(conditions) if c.get("type") == condition_type), None)
+        if index is None:
+            return
+        at = f"/status/conditions/{index}"
         self.request(
             "PATCH",
             self._path(API_VERSION, KIND, namespace, name) + "/status",
-            body={"status": status},
-            content_type="application/merge-patch+json",
+            body=[
+                {"op": "test", "path": f"{at}/type", "value": condition_type},
+                {"op": "remove", "path": at},
+            ],
+            content_type="application/json-patch+json",
         )
 
     def post_event(self, event: dict[str, Any]) -> None:

@@ -67,6 +67,7 @@ from agentserve.operator.reconcile import (
     plan,
     ref,
     signing_secret_to_create,
+    stale_conditions,
 )
 from agentserve.operator.spec import GROUP, KIND, PLURAL, ROOT_RULES, VERSION, AgentServingDeploymentSpec
 
@@ -84,6 +85,7 @@ class SyncResult:
     failure: Failure | None = None
     # Secrets this sync created, with their key's fingerprint (what the frontends will log).
     created: list[tuple[ObjectRef, str]] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # other writers' conditions to remove
 
     @property
     def ready(self) -> bool:
@@ -208,7 +210,7 @@ def sync(
         failure=failure,
         now=now or datetime.now(UTC),
     )
-    return SyncResult(status, actions, failure, created)
+    return SyncResult(status, actions, failure, created, stale_conditions(spec, body.get("status")))
 
 
 def _groups(cluster: Cluster, target: Target) -> list[dict[str, Any]]:
@@ -335,6 +337,17 @@ def post_events(
             logger.debug("%s/%s: cannot post event %s: %s", target.namespace, target.name, note.reason, exc)
 
 
+def write_status(cluster: Cluster, owner: Mapping[str, Any], result: SyncResult) -> None:
+    """Apply the sync's status where it says something the CR's does not, and remove the conditions
+    it found stale (raises ClusterError)."""
+    meta = owner.get("metadata") or {}
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    if status_changed(owner, result.status):
+        cluster.apply_status(namespace, name, result.status)
+    for condition in result.stale:
+        cluster.remove_condition(namespace, name, condition)
+
+
 def status_changed(body: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     """Whether `status` says anything the CR's stored status does not (no write at rest)."""
     return not is_subset(dict(status), body.get("status") or {})
@@ -361,11 +374,10 @@ def on_child_event(
     if owner is None or (owner.get("metadata") or {}).get("deletionTimestamp"):
         return None
     result = run_sync(state, owner, f"child-{event_type.lower()}", logger)
-    if status_changed(owner, result.status):
-        try:
-            state.cluster.patch_status(namespace, owner_name, result.status)
-        except ClusterError as exc:
-            logger.warning("cannot write status of %s/%s: %s", namespace, owner_name, exc)
+    try:
+        write_status(state.cluster, owner, result)
+    except ClusterError as exc:
+        logger.warning("cannot write status of %s/%s: %s", namespace, owner_name, exc)
     return result
 
 
@@ -403,18 +415,12 @@ class Resync:
                 continue
             result = run_sync(self.state, owner, "timer", self.logger)
             synced += 1
-            if status_changed(owner, result.status):
-                try:
-                    self.state.cluster.patch_status(
-                        str(meta.get("namespace")), str(meta.get("name")), result.status
-                    )
-                except ClusterError as exc:
-                    self.logger.warning(
-                        "resync: cannot write status of %s/%s: %s",
-                        meta.get("namespace"),
-                        meta.get("name"),
-                        exc,
-                    )
+            try:
+                write_status(self.state.cluster, owner, result)
+            except ClusterError as exc:
+                self.logger.warning(
+                    "resync: cannot write status of %s/%s: %s", meta.get("namespace"), meta.get("name"), exc
+                )
         return synced
 
     def _loop(self) -> None:
@@ -516,10 +522,12 @@ async def stop_metrics(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: Logger, **_: Any) -> None:
-    result = run_sync(_state(memo), body, "spec", logger)
-    if status_changed(body, result.status):
-        patch.status.update(result.status)
+def reconcile(body: kopf.Body, memo: kopf.Memo, logger: Logger, **_: Any) -> None:
+    state = _state(memo)
+    result = run_sync(state, body, "spec", logger)
+    # Server-side apply, not kopf's merge patch: that replaces the whole condition list, dropping a
+    # condition the planner wrote after this body was read. A failed write raises: kopf retries.
+    write_status(state.cluster, body, result)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

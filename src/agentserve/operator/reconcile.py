@@ -368,11 +368,8 @@ def compute_status(
     ]
     if PREFILL_STATUS_KEY in verdicts:
         conditions.append(_condition(PREFILL_CONDITION, verdicts[PREFILL_STATUS_KEY], generation, old, now))
-    # The planner writes its own condition; a status write here replaces the list, so carry it over
-    # while the spec still asks for a planner (and drop it once autoscaling is removed).
-    planner = old.get(AUTOSCALING_CONDITION)
-    if planner is not None and (spec is None or spec.autoscaling is not None):
-        conditions.append(dict(planner))
+    # The planner's `Autoscaling` is its own: status is written by server-side apply, so the list
+    # written here leaves it alone (`stale_conditions` says when it must go).
 
     status: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
     for c in COMPONENTS:
@@ -390,3 +387,14 @@ def compute_status(
     if generation is None:
         del status["observedGeneration"]
     return status
+
+
+def stale_conditions(
+    spec: AgentServingDeploymentSpec | None, previous: Mapping[str, Any] | None
+) -> list[str]:
+    """Conditions another writer set that no longer apply, to remove: the planner's once the spec
+    asks for no autoscaling (its Deployment goes, so it cannot clear its own)."""
+    present = {c.get("type") for c in (previous or {}).get("conditions") or []}
+    if spec is not None and spec.autoscaling is None and AUTOSCALING_CONDITION in present:
+        return [AUTOSCALING_CONDITION]
+    return []

@@ -20,7 +20,7 @@ from urllib.parse import quote
 from agentserve.operator.build import Target
 from agentserve.operator.cluster import ClusterError, KubeCluster
 from agentserve.operator.events import Note, event_object
-from agentserve.operator.spec import AUTOSCALING_CONDITION, GROUP, PLURAL, VERSION
+from agentserve.operator.spec import AUTOSCALING_CONDITION, GROUP, KIND, PLURAL, VERSION
 from agentserve.planner.access import allowed
 from agentserve.planner.decide import Decision
 
@@ -77,20 +77,23 @@ class PlannerKube:
         )
 
     def set_condition(self, owner: Mapping[str, Any], condition: dict[str, Any]) -> None:
-        """Replace the planner's condition in the CR's status, keeping the operator's (a merge patch
-        replaces the whole list; the resourceVersion makes a concurrent write a 409, retried next time)."""
-        kept = [c for c in conditions_of(owner) if c.get("type") != condition["type"]]
+        """Server-side apply the planner's condition under its own field manager: conditions are a
+        list-map keyed by type, so the operator's (applied under its manager) are left alone and a
+        status the operator writes from an older read does not drop this one."""
         self._call(
             "patch",
             GROUP,
             f"{PLURAL}/status",
             "PATCH",
             self._owner_path + "/status",
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
             body={
-                "metadata": {"resourceVersion": (owner.get("metadata") or {}).get("resourceVersion")},
-                "status": {"conditions": [*kept, condition]},
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "metadata": {"name": self.deployment, "namespace": self.namespace},
+                "status": {"conditions": [condition]},
             },
-            content_type="application/merge-patch+json",
+            content_type="application/apply-patch+yaml",
         )
 
     def endpoint_slices(self, service: str) -> list[dict[str, Any]]:

@@ -184,7 +184,7 @@ class ClusterPlanner:
             return
         try:
             await asyncio.to_thread(self.kube.set_condition, owner, condition)
-        except ClusterError as exc:  # 409: the CR changed since it was read; next interval
+        except ClusterError as exc:  # written again at the next interval
             log.info("planner: condition not written (%s)", exc)
 
 

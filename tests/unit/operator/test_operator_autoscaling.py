@@ -12,7 +12,7 @@ from test_operator_build import container, get, objects, pod
 
 from agentserve.config import PlannerServiceConfig, load_config
 from agentserve.operator.build import PROFILE_DIR, Target, config_files, config_hash
-from agentserve.operator.reconcile import compute_status
+from agentserve.operator.reconcile import compute_status, stale_conditions
 from agentserve.operator.spec import AUTOSCALING_CONDITION, AgentServingDeploymentSpec
 from agentserve.planner.access import role_rules
 from agentserve.worker.profiles import DEFAULT_PROFILE
@@ -145,7 +145,7 @@ def _status(spec: dict[str, Any] | None, previous: dict[str, Any]) -> dict[str, 
     )
 
 
-def test_the_status_keeps_the_planners_condition_only_while_autoscaling_is_set() -> None:
+def test_the_status_leaves_the_planners_condition_to_the_planner_and_removes_it_without_autoscaling() -> None:
     planner = {
         "type": AUTOSCALING_CONDITION,
         "status": "True",
@@ -154,7 +154,13 @@ def test_the_status_keeps_the_planners_condition_only_while_autoscaling_is_set()
         "lastTransitionTime": "2026-11-27T00:00:00Z",
     }
     base = {"model": {"name": "m"}, "workers": {"engine": "sim"}}
+    scaled = AgentServingDeploymentSpec.model_validate({**base, "autoscaling": {"maxWorkers": 3}})
+    # Written by server-side apply: the operator's list never names the planner's condition, so its
+    # write neither carries a stale copy nor drops a newer one.
     kept = _status({**base, "autoscaling": {"maxWorkers": 3}}, {"conditions": [planner]})
-    assert planner in kept["conditions"]
-    dropped = _status(base, {"conditions": [planner]})
-    assert all(c["type"] != AUTOSCALING_CONDITION for c in dropped["conditions"])
+    assert all(c["type"] != AUTOSCALING_CONDITION for c in kept["conditions"])
+    assert stale_conditions(scaled, {"conditions": [planner]}) == []
+    static = AgentServingDeploymentSpec.model_validate(base)
+    assert stale_conditions(static, {"conditions": [planner]}) == [AUTOSCALING_CONDITION]
+    assert stale_conditions(static, {"conditions": []}) == []
+    assert stale_conditions(None, {"conditions": [planner]}) == []  # an invalid spec: left as it is

@@ -158,6 +158,35 @@ def make_handler(api: FakeAPI) -> type[BaseHTTPRequestHandler]:
             obj = api.objects.get((gv, plural, ns, name))
             return self._send(200, obj) if obj else self._send(404, _status(404, "NotFound"))
 
+        def _patch_status(
+            self, key: tuple[str, str, str, str], body: Any, ctype: str, query: dict[str, Any]
+        ) -> None:
+            """Status by server-side apply (conditions a list-map keyed by type: other types stay)
+            or a JSON patch removing one condition after testing its type."""
+            if key not in api.objects:
+                return self._send(404, _status(404, "NotFound"))
+            stored = api.objects[key].get("status") or {}
+            if ctype == "application/json-patch+json":
+                test, remove = body
+                index = int(remove["path"].rsplit("/", 1)[1])
+                assert test["path"] == f"/status/conditions/{index}/type"
+                if stored["conditions"][index]["type"] != test["value"]:
+                    return self._send(422, _status(422, "Invalid"))
+                del stored["conditions"][index]
+                return self._send(200, api.objects[key])
+            if ctype != "application/apply-patch+yaml" or "fieldManager" not in query:
+                return self._send(415, _status(415, "UnsupportedMediaType"))
+            applied = body["status"].get("conditions")
+            merged = _merge(stored, body["status"])
+            if applied is not None:
+                types = {c["type"] for c in applied}
+                merged["conditions"] = [
+                    *(c for c in stored.get("conditions") or [] if c["type"] not in types),
+                    *applied,
+                ]
+            api.objects[key]["status"] = merged
+            return self._send(200, api.objects[key])
+
         def do_PATCH(self) -> None:
             query = self._record()
             route = self._route()
@@ -171,11 +200,7 @@ def make_handler(api: FakeAPI) -> type[BaseHTTPRequestHandler]:
                 if api.fail_patch_status:
                     api.fail_patch_status -= 1
                     return self._send(500, _status(500, "InternalError"))
-                assert ctype == "application/merge-patch+json"
-                if key not in api.objects:
-                    return self._send(404, _status(404, "NotFound"))
-                api.objects[key]["status"] = _merge(api.objects[key].get("status") or {}, body["status"])
-                return self._send(200, api.objects[key])
+                return self._patch_status(key, body, ctype, query)
             if ctype != "application/apply-patch+yaml" or "fieldManager" not in query:
                 return self._send(415, _status(415, "UnsupportedMediaType"))
             if body.get("kind") != api.kind(gv, plural) or body["metadata"]["name"] != name:
@@ -313,14 +338,19 @@ def test_delete_owner_and_status(api_and_cluster: tuple[FakeAPI, KubeCluster]) -
     api.objects[("agentserve.dev/v1alpha1", "agentservingdeployments", "ai", "coder")] = cr()
     owner = cluster.get_owner("ai", "coder")
     assert owner is not None and owner["metadata"]["uid"] == "u-1"
-    cluster.patch_status("ai", "coder", {"observedGeneration": 1, "conditions": []})
-    assert api.objects[("agentserve.dev/v1alpha1", "agentservingdeployments", "ai", "coder")]["status"] == {
-        "observedGeneration": 1,
-        "conditions": [],
-    }
+    cluster.apply_status("ai", "coder", {"observedGeneration": 1, "conditions": []})
+    stored = api.objects[("agentserve.dev/v1alpha1", "agentservingdeployments", "ai", "coder")]
+    assert stored["status"] == {"observedGeneration": 1, "conditions": []}
+    planner = {"type": "Autoscaling", "status": "True"}
+    stored["status"]["conditions"] = [planner]
+    cluster.apply_status("ai", "coder", {"observedGeneration": 1, "conditions": [{"type": "Ready"}]})
+    assert stored["status"]["conditions"] == [planner, {"type": "Ready"}]
+    cluster.remove_condition("ai", "coder", "Autoscaling")
+    cluster.remove_condition("ai", "coder", "Autoscaling")  # gone already: nothing sent
+    assert stored["status"]["conditions"] == [{"type": "Ready"}]
     api.fail_patch_status = 1
     with pytest.raises(ClusterError) as raised:
-        cluster.patch_status("ai", "coder", {"observedGeneration": 2})
+        cluster.apply_status("ai", "coder", {"observedGeneration": 2})
     assert raised.value.status == 500
     sync(cluster, cr())
     cluster.delete(ObjectRef("v1", "ConfigMap", "ai", "coder-config"))

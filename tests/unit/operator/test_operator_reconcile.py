@@ -50,6 +50,8 @@ class FakeCluster:
         self.refused: list[ObjectRef] = []  # creates answered 409 AlreadyExists
         self.deleted: list[ObjectRef] = []
         self.status_patches: list[dict[str, Any]] = []
+        self.status_owned: dict[tuple[str, str], set[str]] = {}
+        self.removed_conditions: list[str] = []
         self.fail_apply: str | None = None
         self.fail_create: ClusterError | None = None
         self.owners: dict[tuple[str, str], dict[str, Any]] = {}
@@ -102,11 +104,30 @@ class FakeCluster:
     def get_owner(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.owners.get((namespace, name))
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Server-side apply's list-map rule for conditions: the types this writer applied before and
+        leaves out now go, another writer's stay."""
         self.status_patches.append(status)
         owner = self.owners.get((namespace, name))
-        if owner is not None:
-            owner["status"] = _merge(owner.get("status") or {}, status)
+        if owner is None:
+            return
+        mine = {c["type"] for c in status.get("conditions") or []}
+        dropped = self.status_owned.get((namespace, name), set()) - mine
+        kept = [
+            c
+            for c in (owner.get("status") or {}).get("conditions") or []
+            if c["type"] not in mine and c["type"] not in dropped
+        ]
+        owner["status"] = _merge(owner.get("status") or {}, status)
+        owner["status"]["conditions"] = [*kept, *copy.deepcopy(status.get("conditions") or [])]
+        self.status_owned[(namespace, name)] = mine
+
+    def remove_condition(self, namespace: str, name: str, condition_type: str) -> None:
+        self.removed_conditions.append(condition_type)
+        owner = self.owners.get((namespace, name))
+        if owner is not None and "status" in owner:
+            conditions = owner["status"].get("conditions") or []
+            owner["status"]["conditions"] = [c for c in conditions if c["type"] != condition_type]
 
     def list_owners(self, namespaces: Sequence[str]) -> list[dict[str, Any]]:
         if self.fail_list_owners:
@@ -693,7 +714,7 @@ def test_handlers_are_registered_with_kopf_without_a_timer_or_finalizer() -> Non
     assert handlers.RESYNC_SECONDS <= 60
 
 
-def test_kopf_handler_writes_status_into_the_patch_only_when_it_changed() -> None:
+def test_kopf_handler_applies_status_only_when_it_changed() -> None:
     import kopf
 
     from agentserve.operator import handlers
@@ -701,19 +722,44 @@ def test_kopf_handler_writes_status_into_the_patch_only_when_it_changed() -> Non
     cluster = FakeCluster()
     memo = kopf.Memo()
     memo.agentserve = State(cluster)
-    patch = kopf.Patch()
-    handlers.reconcile(body=kopf.Body(cr()), patch=patch, memo=memo, logger=LOG)
-    assert [c["type"] for c in patch["status"]["conditions"]] == [
+    cluster.owners[("ai", "coder")] = cr()
+    handlers.reconcile(body=kopf.Body(cr()), memo=memo, logger=LOG)
+    assert [c["type"] for c in cluster.status_patches[-1]["conditions"]] == [
         "Ready",
         "FrontendReady",
         "RouterReady",
         "WorkersReady",
     ]
     assert kinds_of(cluster.applied).count("Deployment") == 3
-    at_rest = {**cr(), "status": copy.deepcopy(patch["status"])}
-    again = kopf.Patch()
-    handlers.reconcile(body=kopf.Body(at_rest), patch=again, memo=memo, logger=LOG)
-    assert "status" not in again
+    at_rest = {**cr(), "status": copy.deepcopy(cluster.status_patches[-1])}
+    handlers.reconcile(body=kopf.Body(at_rest), memo=memo, logger=LOG)
+    assert len(cluster.status_patches) == 1
+
+
+def test_a_status_write_from_an_old_read_keeps_the_planners_condition_until_autoscaling_goes() -> None:
+    import kopf
+
+    from agentserve.operator import handlers
+
+    cluster = FakeCluster()
+    memo = kopf.Memo()
+    memo.agentserve = State(cluster)
+    scaled = cr()
+    scaled["spec"]["autoscaling"] = {"maxWorkers": 3}
+    cluster.owners[("ai", "coder")] = copy.deepcopy(scaled)
+    handlers.reconcile(body=kopf.Body(copy.deepcopy(scaled)), memo=memo, logger=LOG)
+    read = copy.deepcopy(cluster.owners[("ai", "coder")])  # the operator's read ...
+    planner = {"type": "Autoscaling", "status": "True", "reason": "MeetingTargets", "message": "2 workers"}
+    cluster.owners[("ai", "coder")]["status"]["conditions"].append(planner)  # ... then the planner's write
+    read["status"]["observedGeneration"] = 0  # the read is behind: the operator writes again
+    handlers.reconcile(body=kopf.Body(read), memo=memo, logger=LOG)
+    assert len(cluster.status_patches) == 2
+    assert planner in cluster.owners[("ai", "coder")]["status"]["conditions"]
+    static = copy.deepcopy(cluster.owners[("ai", "coder")])
+    static["spec"].pop("autoscaling")
+    handlers.reconcile(body=kopf.Body(static), memo=memo, logger=LOG)
+    assert cluster.removed_conditions == ["Autoscaling"]
+    assert planner not in cluster.owners[("ai", "coder")]["status"]["conditions"]
 
 
 def test_resync_loop_survives_an_outage_and_repairs_drift_afterwards() -> None:

@@ -7,6 +7,8 @@ time in asyncio's pure-Python `_SelectorSocketTransport.write` and loop machiner
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterable
 
 
 def event_loop_runner() -> asyncio.Runner:
@@ -16,3 +18,14 @@ def event_loop_runner() -> asyncio.Runner:
     except ImportError:  # pragma: no cover - platforms without uvloop
         return asyncio.Runner()
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[object]]) -> None:
+    """Cancel every task, then wait for each to end: a task's cleanup runs before its owner's
+    (the cancellation it was sent is the expected end, not an error)."""
+    tasks = list(tasks)  # the owner's collection may change while they end
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -19,14 +19,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from agentserve.families.base import Family
-from agentserve.families.deepseek_v31 import (
-    CALLS_BEGIN,
-    END_OF_SENTENCE,
-    SEP,
-    calls_section,
-    tool_calls_block,
-)
 from agentserve.families.deepseek_v31 import GRAMMAR as V31_GRAMMAR
+
+# The output syntax is V3.1's (the same block reads both call forms): its parser, SYNTAX included.
+from agentserve.families.deepseek_v31 import SEP, calls_section, make_parser
 from agentserve.families.grammar import (
     CallCount,
     GrammarTool,
@@ -36,17 +32,6 @@ from agentserve.families.grammar import (
     lit,
 )
 from agentserve.families.tokens import DEEPSEEK
-from agentserve.parsing.stream import ParserOptions, StreamParser, Syntax
-
-SYNTAX = Syntax(
-    tool_blocks={CALLS_BEGIN: tool_calls_block},
-    swallow=(END_OF_SENTENCE,),
-    drop_open_in_reasoning=True,
-)
-
-
-def make_parser(options: ParserOptions) -> StreamParser:
-    return StreamParser(SYNTAX, options)
 
 
 def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:

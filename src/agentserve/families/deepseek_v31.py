@@ -116,11 +116,8 @@ class DeepSeekToolCalls(SpecialTokenCalls):
                     return self._give_up(stop)
                 self._start(name, out)
             return stop
-        j = i  # KIND: after `function<sep>`, a name line (V3) or the arguments of `function` (V3.1)
-        while j < end and buf[j] in WHITESPACE:
-            j += 1
-        if j > i:
-            self._raw.append(buf[i:j])
+        # KIND: after `function<sep>`, a name line (V3) or the arguments of `function` (V3.1)
+        j = self._keep_whitespace(buf, i, end)
         if j == end:
             return end
         if buf[j] in "{`":  # V3.1 form: a tool named `function`

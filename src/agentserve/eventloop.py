@@ -29,3 +29,25 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[object]]) -> None:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class Wakeup:
+    """A consumer's wait for its producer: `wait()` parks until the next `set()`. A `set()` with
+    nobody waiting is dropped: the consumer looks at what it consumes before it waits."""
+
+    __slots__ = ("_waiter",)
+
+    def __init__(self) -> None:
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None

@@ -83,6 +83,20 @@ _ACTIONS: tuple[SessionAction, ...] = ("open", "bind", "close")
 _NVEXT_KEYS = ("agent_hints", "agent_context", "cache_salt", "session_control")
 
 
+def _section(
+    nv: dict[str, Any], key: str, path: str, known: frozenset[str], ignored: list[str]
+) -> tuple[dict[str, Any], str] | None:
+    """The optional object under `key`, with its path; the keys it holds that are not `known` are
+    added to `ignored` (reported, not refused)."""
+    raw = nv.get(key)
+    if raw is None:
+        return None
+    spath = at(path, key)
+    obj = expect_dict(raw, spath)
+    ignored += [at(spath, k) for k in obj if k not in known]
+    return obj, spath
+
+
 def parse_nvext(value: Any, path: str = "nvext") -> NvExt:
     if value is None:
         return NvExt()
@@ -90,34 +104,29 @@ def parse_nvext(value: Any, path: str = "nvext") -> NvExt:
     ignored = [at(path, k) for k in nv if k not in _NVEXT_KEYS]
 
     hints = AgentHints()
-    raw_hints = nv.get("agent_hints")
-    if raw_hints is not None:
-        hpath = at(path, "agent_hints")
-        h = expect_dict(raw_hints, hpath)
+    section = _section(nv, "agent_hints", path, _HINT_KEYS, ignored)
+    if section is not None:
+        h, hpath = section
         hints = AgentHints(
             priority=opt_int(h, "priority", hpath, minimum=I32_MIN, maximum=I32_MAX),
             osl=opt_int(h, "osl", hpath, minimum=0, maximum=MAX_OSL),
             speculative_prefill=bool(opt_bool(h, "speculative_prefill", hpath)),
         )
-        ignored += [at(hpath, k) for k in h if k not in _HINT_KEYS]
 
     context = None
-    raw_context = nv.get("agent_context")
-    if raw_context is not None:
-        cpath = at(path, "agent_context")
-        c = expect_dict(raw_context, cpath)
+    section = _section(nv, "agent_context", path, _CONTEXT_KEYS, ignored)
+    if section is not None:
+        c, cpath = section
         context = AgentContext(
             session_id=checked_id(c, "session_id", cpath),
             parent_session_id=checked_id(c, "parent_session_id", cpath),
             trajectory_id=checked_id(c, "trajectory_id", cpath),
         )
-        ignored += [at(cpath, k) for k in c if k not in _CONTEXT_KEYS]
 
     control = None
-    raw_control = nv.get("session_control")
-    if raw_control is not None:
-        spath = at(path, "session_control")
-        sc = expect_dict(raw_control, spath)
+    section = _section(nv, "session_control", path, _CONTROL_KEYS, ignored)
+    if section is not None:
+        sc, spath = section
         action = opt_str(sc, "action", spath)
         if action is not None and action not in _ACTIONS:
             raise InvalidRequestError("must be one of open, bind, close", param=at(spath, "action"))
@@ -127,7 +136,6 @@ def parse_nvext(value: Any, path: str = "nvext") -> NvExt:
             action=action,
             timeout_s=opt_int(sc, "timeout", spath, minimum=0, maximum=MAX_SESSION_TIMEOUT_S),
         )
-        ignored += [at(spath, k) for k in sc if k not in _CONTROL_KEYS]
         # Its ids name the session as agent_context does (agent_context's own values win).
         base = context or AgentContext()
         context = AgentContext(

@@ -78,26 +78,24 @@ def check_strict(schema: Mapping[str, Any]) -> None:
 
 def check_strict_function(schema: Mapping[str, Any] | None, name: str, param: str) -> None:
     """A strict function's parameters: OpenAI's 400 (`invalid_function_parameters`) naming them."""
-    if schema is None:
-        return
-    try:
-        check_strict(schema)
-    except StrictSchemaError as exc:
-        raise InvalidRequestError(
-            f"Invalid schema for function '{name}': {exc}", param=param, code="invalid_function_parameters"
-        ) from None
+    _refuse_unless_strict(schema, f"function '{name}'", param, code="invalid_function_parameters")
 
 
 def check_strict_format(schema: Mapping[str, Any] | None, name: str | None, param: str) -> None:
     """A strict `json_schema` output format: OpenAI's 400 naming the format."""
+    _refuse_unless_strict(schema, f"response_format '{name or ''}'", param)
+
+
+def _refuse_unless_strict(
+    schema: Mapping[str, Any] | None, what: str, param: str, *, code: str | None = None
+) -> None:
+    """OpenAI's 400 for a schema its strict mode would refuse, naming `what` it belongs to."""
     if schema is None:
         return
     try:
         check_strict(schema)
     except StrictSchemaError as exc:
-        raise InvalidRequestError(
-            f"Invalid schema for response_format '{name or ''}': {exc}", param=param
-        ) from None
+        raise InvalidRequestError(f"Invalid schema for {what}: {exc}", param=param, code=code) from None
 
 
 def _context(path: Sequence[str]) -> str:

@@ -16,39 +16,22 @@ inside the reasoning ends the reasoning, so the call is never lost in the though
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from agentserve.families.base import Family
-from agentserve.families.deepseek_v31 import (
-    CALL_BEGIN,
-    CALL_END,
-    CALLS_BEGIN,
-    CALLS_END,
-    END_OF_SENTENCE,
-    SEP,
-    tool_calls_block,
-)
+from agentserve.families.deepseek_v31 import GRAMMAR as V31_GRAMMAR
+
+# The output syntax is V3.1's (the same block reads both call forms): its parser, SYNTAX included.
+from agentserve.families.deepseek_v31 import SEP, calls_section, make_parser
 from agentserve.families.grammar import (
     CallCount,
     GrammarTool,
     Markers,
-    ToolGrammar,
     alternatives,
     json_rule,
     lit,
-    repeat,
 )
 from agentserve.families.tokens import DEEPSEEK
-from agentserve.parsing.stream import ParserOptions, StreamParser, Syntax
-
-SYNTAX = Syntax(
-    tool_blocks={CALLS_BEGIN: tool_calls_block},
-    swallow=(END_OF_SENTENCE,),
-    drop_open_in_reasoning=True,
-)
-
-
-def make_parser(options: ParserOptions) -> StreamParser:
-    return StreamParser(SYNTAX, options)
 
 
 def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
@@ -59,20 +42,11 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
             for t in tools
         ]
     )
-    return "\n".join(
-        (
-            f"calls: {m.tok(CALLS_BEGIN)} {repeat('call', 'WS?', count)} WS? {m.tok(CALLS_END)}",
-            f"call: {m.tok(CALL_BEGIN)} call_body WS? {m.tok(CALL_END)}",
-            f"call_body: {bodies}",
-        )
-    )
+    return calls_section(count, m, bodies, space_before_end=True)
 
 
-GRAMMAR = ToolGrammar(
-    grammar_calls,
-    think=("<think>", "</think>"),
-    markers=(CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP),
-)
+# V3.1's grammar (markers, reasoning) with the V3 form of a call.
+GRAMMAR = replace(V31_GRAMMAR, calls=grammar_calls)
 
 
 FAMILY = Family(

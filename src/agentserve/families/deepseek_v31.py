@@ -33,9 +33,7 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
-    alternatives,
-    json_rule,
-    lit,
+    name_then_arguments,
     repeat,
 )
 from agentserve.families.tokens import DEEPSEEK
@@ -118,11 +116,8 @@ class DeepSeekToolCalls(SpecialTokenCalls):
                     return self._give_up(stop)
                 self._start(name, out)
             return stop
-        j = i  # KIND: after `function<sep>`, a name line (V3) or the arguments of `function` (V3.1)
-        while j < end and buf[j] in WHITESPACE:
-            j += 1
-        if j > i:
-            self._raw.append(buf[i:j])
+        # KIND: after `function<sep>`, a name line (V3) or the arguments of `function` (V3.1)
+        j = self._keep_whitespace(buf, i, end)
         if j == end:
             return end
         if buf[j] in "{`":  # V3.1 form: a tool named `function`
@@ -200,16 +195,23 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
-def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
-    """`calls`: the V3.1 form, `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>`."""
-    bodies = alternatives([f"{lit(t.name)} {m.tok(SEP)} {json_rule(t.schema)}" for t in tools])
+def calls_section(count: CallCount, m: Markers, bodies: str, *, space_before_end: bool = False) -> str:
+    """`calls`: the tool-calls section of `count` calls, each `<｜tool▁call▁begin｜>` + one of
+    `bodies` + `<｜tool▁call▁end｜>` (V3.1 and R1's V3 form, whose fenced body may leave whitespace
+    before the end: `space_before_end`)."""
+    space = " WS?" if space_before_end else ""
     return "\n".join(
         (
             f"calls: {m.tok(CALLS_BEGIN)} {repeat('call', 'WS?', count)} WS? {m.tok(CALLS_END)}",
-            f"call: {m.tok(CALL_BEGIN)} call_body {m.tok(CALL_END)}",
+            f"call: {m.tok(CALL_BEGIN)} call_body{space} {m.tok(CALL_END)}",
             f"call_body: {bodies}",
         )
     )
+
+
+def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
+    """`calls`: the V3.1 form, `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>`."""
+    return calls_section(count, m, name_then_arguments(tools, m.tok(SEP)))
 
 
 GRAMMAR = ToolGrammar(

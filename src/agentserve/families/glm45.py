@@ -31,8 +31,8 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
-    alternatives,
     lit,
+    per_tool_rules,
     repeat,
     text_without,
     xml_parameters,
@@ -204,15 +204,16 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
             f'"\\n"? {m.tok("<arg_key>")} {key} {m.tok("</arg_key>")} "\\n"? {m.tok("<arg_value>")} {value}'
         )
 
+    close = m.tok("</arg_value>")
+
+    def function(tool: GrammarTool) -> str:
+        return f"{lit(tool.name)} {xml_parameters(tool, param, f'AVALUE {close}', close, 'AKEY')}"
+
     rules = [
         f"calls: {repeat('call', 'WS?', count)}",
         f'call: {m.tok(TOOL_CALL)} function "\\n"? {m.tok("</tool_call>")}',
-        "function: " + alternatives([f"function_{i}" for i in range(len(tools))]),
+        *per_tool_rules("function", tools, function),
     ]
-    for i, tool in enumerate(tools):
-        close = m.tok("</arg_value>")
-        params = xml_parameters(tool, param, f"AVALUE {close}", close, "AKEY")
-        rules.append(f"function_{i}: {lit(tool.name)} {params}")
     closers = ["</arg_value>", "<arg_key>", "</tool_call>"]
     rules += [f"AVALUE: {text_without(closers, nonempty=False)}", "AKEY: /[^<\\n]+/"]
     return "\n".join(rules)

@@ -27,9 +27,7 @@ from agentserve.families.base import Family
 from agentserve.families.grammar import Markers, Shape, ToolGrammar, alternatives, json_rule, lit
 from agentserve.parsing.delimited import WHITESPACE, DelimitedArgs
 from agentserve.parsing.scanner import MarkerSet
-from agentserve.parsing.segments import SegmentWriter
-from agentserve.parsing.stream import ParserOptions
-from agentserve.parsing.toolcalls import ToolCalls
+from agentserve.parsing.stream import HeldTextParser, ParserOptions
 
 START = "<|start|>"
 CHANNEL = "<|channel|>"
@@ -79,52 +77,28 @@ def _token_at(buf: str, i: int) -> str | None:
     return None
 
 
-class HarmonyParser:
+class HarmonyParser(HeldTextParser):
     """The sans-IO output parser of the harmony format (`OutputParser`)."""
 
     __slots__ = (
         "_args",
-        "_calls",
-        "_closed",
         "_header",
         "_header_len",
-        "_held",
         "_kind",
         "_state",
-        "_text",
         "_text_gap",
-        "_thought",
     )
 
     def __init__(self, options: ParserOptions | None = None) -> None:
         options = options or ParserOptions()
-        self._calls = ToolCalls(options.id_factory)
+        super().__init__(options)
         self._args = DelimitedArgs(self._calls)
-        self._text = SegmentWriter(reasoning=False)
-        self._thought = SegmentWriter(reasoning=True)
-        self._held = ""
         self._header: list[str] = []  # the raw header so far, tokens included
         self._header_len = 0  # its length without the tokens
         # With `starts_in_reasoning` the prompt already opened an analysis message.
         self._state = _BODY if options.starts_in_reasoning else _BETWEEN
         self._kind = _REASONING if options.starts_in_reasoning else _TEXT
         self._text_gap = False  # a text message ended and nothing but text followed yet
-        self._closed = False
-
-    @property
-    def tool_calls_started(self) -> int:
-        return self._calls.count
-
-    def feed(self, text: str) -> list[OutputEvent]:
-        if self._closed:
-            raise RuntimeError("feed() after close()")
-        out: list[OutputEvent] = []
-        if self._held:
-            text = self._held + text
-            self._held = ""
-        if text:
-            self._run(text, out)
-        return out
 
     def close(self) -> list[OutputEvent]:
         """End of output: a header that never completed is text, a call cut off is reported."""

@@ -113,6 +113,28 @@ def alternatives(rules: Sequence[str]) -> str:
     return " | ".join(rules) if len(rules) > 1 else rules[0]
 
 
+def name_arguments_calls(tools: Sequence[GrammarTool], arguments_key: str = "arguments") -> str:
+    """One alternative per tool: its `{"name": …, "<arguments_key>": …}` JSON object (Hermes,
+    Llama 3 JSON, Nemotron)."""
+    return alternatives([json_rule(name_arguments_schema(t, arguments_key)) for t in tools])
+
+
+def name_then_arguments(tools: Sequence[GrammarTool], between: str) -> str:
+    """One alternative per tool: its name, `between` (a marker expression), then its JSON arguments
+    (Mistral, DeepSeek V3.1)."""
+    return alternatives([f"{lit(t.name)} {between} {json_rule(t.schema)}" for t in tools])
+
+
+def per_tool_rules(rule: str, tools: Sequence[GrammarTool], body: Callable[[GrammarTool], str]) -> list[str]:
+    """`rule` as one alternative per tool (`rule_0 | rule_1 …`), then each tool's own rule
+    `rule_i: body(tool)` (the XML families, whose parameters differ per tool)."""
+    numbered = [f"{rule}_{i}" for i in range(len(tools))]
+    return [
+        f"{rule}: {alternatives(numbered)}",
+        *(f"{n}: {body(t)}" for n, t in zip(numbered, tools, strict=True)),
+    ]
+
+
 class GrammarUnsupported(ValueError):
     """A tool schema the family's syntax cannot enforce (a feature of a raw-text XML value)."""
 

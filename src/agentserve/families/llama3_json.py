@@ -23,9 +23,7 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
-    alternatives,
-    json_rule,
-    name_arguments_schema,
+    name_arguments_calls,
     repeat,
 )
 from agentserve.families.tokens import LLAMA3
@@ -63,7 +61,7 @@ SEMICOLON = 'WS? ";" WS?'
 
 def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
     """`calls`: `{"name": …, "parameters": …}` objects, `;`-separated, opening the content."""
-    calls = alternatives([json_rule(name_arguments_schema(t, "parameters")) for t in tools])
+    calls = name_arguments_calls(tools, "parameters")
     return "\n".join(
         (
             f"calls: {m.tok('<|python_tag|>')}? {repeat('call', SEMICOLON, count)}",

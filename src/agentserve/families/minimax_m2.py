@@ -37,8 +37,8 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
-    alternatives,
     lit,
+    per_tool_rules,
     repeat,
     xml_parameters,
 )
@@ -234,14 +234,15 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
     def param(key: str, value: str) -> str:
         return f'"<parameter name=\\"" {key} "\\">" {value} WS?'
 
-    rules = [
-        f"calls: {m.tok(WRAPPER)} WS? {repeat('invoke', 'WS?', count)} WS? {m.tok(WRAPPER_END)}",
-        "invoke: " + alternatives([f"invoke_{i}" for i in range(len(tools))]),
-    ]
-    for i, tool in enumerate(tools):
+    def invoke(tool: GrammarTool) -> str:
         head = lit(f'<invoke name="{tool.name}">')
         params = xml_parameters(tool, param, "mvalue", '"</parameter>"', "MKEY")
-        rules.append(f'invoke_{i}: {head} WS? {params} "</invoke>"')
+        return f'{head} WS? {params} "</invoke>"'
+
+    rules = [
+        f"calls: {m.tok(WRAPPER)} WS? {repeat('invoke', 'WS?', count)} WS? {m.tok(WRAPPER_END)}",
+        *per_tool_rules("invoke", tools, invoke),
+    ]
     # A raw value runs to its closing tag (`stop`: a greedy terminal could not end before it).
     rules += ['mvalue[stop="</parameter>"]: /(.|\\n)*/', 'MKEY: /[^"\\n]+/']
     return "\n".join(rules)

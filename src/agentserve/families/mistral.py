@@ -24,9 +24,7 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
-    alternatives,
-    json_rule,
-    lit,
+    name_then_arguments,
     repeat,
 )
 from agentserve.parsing.jsonblock import JsonCallsBlock
@@ -218,7 +216,7 @@ def make_parser(options: ParserOptions) -> StreamParser:
 
 def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
     """`calls`: `[TOOL_CALLS]NAME[ARGS]{json}` per call (the current tokenizers' form)."""
-    bodies = alternatives([f"{lit(t.name)} {m.tok('[ARGS]')} {json_rule(t.schema)}" for t in tools])
+    bodies = name_then_arguments(tools, m.tok("[ARGS]"))
     return "\n".join(
         (
             f"calls: {repeat('call', '', count)}",

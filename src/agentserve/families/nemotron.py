@@ -25,9 +25,7 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
-    alternatives,
-    json_rule,
-    name_arguments_schema,
+    name_arguments_calls,
     repeat,
 )
 from agentserve.families.tokens import LLAMA3
@@ -53,7 +51,7 @@ def make_parser(options: ParserOptions) -> StreamParser:
 
 def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
     """`calls`: `<TOOLCALL>[{"name": …, "arguments": …}, …]</TOOLCALL>`."""
-    calls = alternatives([json_rule(name_arguments_schema(t)) for t in tools])
+    calls = name_arguments_calls(tools)
     items = repeat("call", 'WS? "," WS?', count)
     return "\n".join(
         (

@@ -23,9 +23,7 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
-    alternatives,
-    json_rule,
-    name_arguments_schema,
+    name_arguments_calls,
     repeat,
 )
 from agentserve.families.tokens import CHATML
@@ -44,7 +42,7 @@ SYNTAX = Syntax(tool_blocks={"<tool_call>": _hermes_call}, swallow=END_OF_TURN)
 
 def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
     """`calls`: Hermes blocks, `<tool_call>` + `{"name": …, "arguments": …}` + `</tool_call>`."""
-    calls = alternatives([json_rule(name_arguments_schema(t)) for t in tools])
+    calls = name_arguments_calls(tools)
     return "\n".join(
         (
             f"calls: {repeat('call', 'WS?', count)}",

@@ -38,8 +38,8 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
-    alternatives,
     lit,
+    per_tool_rules,
     repeat,
     xml_parameters,
 )
@@ -258,14 +258,15 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
     def param(key: str, value: str) -> str:
         return f'"<parameter=" {key} ">" {value} WS?'
 
+    def function(tool: GrammarTool) -> str:
+        params = xml_parameters(tool, param, "pvalue", '"</parameter>"', "PKEY", pad='"\\n"?')
+        return f'{lit(f"<function={tool.name}>")} WS? {params} "</function>"'
+
     rules = [
         f"calls: {repeat('call', 'WS?', count)}",
         f"call: {m.tok('<tool_call>')} WS? function WS? {m.tok('</tool_call>')}",
-        "function: " + alternatives([f"function_{i}" for i in range(len(tools))]),
+        *per_tool_rules("function", tools, function),
     ]
-    for i, tool in enumerate(tools):
-        params = xml_parameters(tool, param, "pvalue", '"</parameter>"', "PKEY", pad='"\\n"?')
-        rules.append(f'function_{i}: {lit(f"<function={tool.name}>")} WS? {params} "</function>"')
     # A raw value runs to its closing tag (`stop`: a greedy terminal could not end before it).
     rules += ['pvalue[stop="</parameter>"]: /(.|\\n)*/', "PKEY: /[^>\\n]+/"]
     return "\n".join(rules)

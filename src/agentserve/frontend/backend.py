@@ -11,13 +11,13 @@ here that follows `worker_urls` by their ZeroMQ KV events — with the same disp
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentserve.config import FrontendConfig, RouterConfig
+from agentserve.eventloop import cancel_and_wait
 from agentserve.router.core import Role, RouterCore
 from agentserve.router.dispatch import (
     DispatchedStream,
@@ -143,9 +143,7 @@ class EngineBackend:
         await engine.stop()
         feed = self._feeds.pop(worker, None)
         if feed is not None:
-            feed.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await feed
+            await cancel_and_wait([feed])
         del self.engines[worker]
         del self._transports[worker]
 
@@ -158,11 +156,7 @@ class EngineBackend:
 
     async def stop(self) -> None:
         tasks = [*self._companion_tasks, *self._feeds.values()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(tasks)
         self._feeds.clear()
         self._companion_tasks.clear()
         for engine in self.engines.values():

@@ -29,6 +29,7 @@ from agentserve.api.errors import (
 )
 from agentserve.api.ids import new_id
 from agentserve.api.sse import dumps
+from agentserve.asgi import until_disconnect
 
 log = logging.getLogger("agentserve.frontend")
 
@@ -218,13 +219,10 @@ class EventStreamResponse(Response):
 
         async def watch() -> None:
             nonlocal gone
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    gone = True
-                    body.cancel()
-                    await self._on_disconnect()
-                    return
+            await until_disconnect(receive)
+            gone = True
+            body.cancel()
+            await self._on_disconnect()
 
         async def pinger() -> None:
             seen = -1
@@ -281,12 +279,8 @@ class DeferredResponse(Response):
         self._on_disconnect = on_disconnect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def disconnected() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
         work = asyncio.ensure_future(self._produce())
-        watcher = asyncio.ensure_future(disconnected())
+        watcher = asyncio.ensure_future(until_disconnect(receive))
         try:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -101,15 +101,20 @@ class SpecialTokenCalls(MarkerBlock):
             return self._args_text(buf, i, end, out)
         if state is HEAD:
             return self._head_text(buf, i, end, out)
+        j = self._keep_whitespace(buf, i, end)
+        if j == end:
+            return end
+        # Not a call: after the calls the rest is ordinary output; before any, so is the opener.
+        return self._give_up(j)
+
+    def _keep_whitespace(self, buf: str, i: int, end: int) -> int:
+        """Past the whitespace from `i`, which is kept with the text given back if no call follows."""
         j = i
         while j < end and buf[j] in WHITESPACE:
             j += 1
         if j > i:
             self._raw.append(buf[i:j])
-        if j == end:
-            return end
-        # Not a call: after the calls the rest is ordinary output; before any, so is the opener.
-        return self._give_up(j)
+        return j
 
     def _marker(self, marker: str, start: int, end: int, out: list[OutputEvent]) -> int:
         state = self._state

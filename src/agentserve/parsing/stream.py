@@ -93,53 +93,18 @@ class ParserOptions:
     id_factory: IdFactory = random_call_id
 
 
-class StreamParser:
-    __slots__ = (
-        "_block",
-        "_block_calls",
-        "_block_from_reasoning",
-        "_calls",
-        "_closed",
-        "_content_markers",
-        "_content_seen",
-        "_held",
-        "_in_reasoning",
-        "_output_started",
-        "_pending_tail",
-        "_reasoning_cut",
-        "_reasoning_markers",
-        "_syntax",
-        "_text",
-        "_thought",
-        "_tools",
-    )
+class HeldTextParser:
+    """What every streaming output parser keeps (`StreamParser`, harmony's): the call counter, the
+    text and reasoning writers, and the text held back from the last chunk (a marker may be cut
+    across chunks), put back in front of the next one by `feed`."""
 
-    def __init__(self, syntax: Syntax, options: ParserOptions | None = None) -> None:
-        options = options or ParserOptions()
-        self._syntax = syntax
-        self._tools = {t.name: t for t in options.tools}
+    __slots__ = ("_calls", "_closed", "_held", "_text", "_thought")
+
+    def __init__(self, options: ParserOptions) -> None:
         self._calls = ToolCalls(options.id_factory)
-        openers = list(syntax.tool_blocks)
-        think = [m for m in (syntax.think_open, syntax.think_close) if m]
-        self._content_markers = marker_set([*think, *openers, *syntax.swallow, *syntax.tails.values()])
-        in_reasoning = [m for m in (syntax.think_close,) if m]
-        if syntax.tools_end_reasoning:
-            in_reasoning += openers
-        in_reasoning += syntax.swallow
-        if syntax.drop_open_in_reasoning and syntax.think_open:
-            in_reasoning.append(syntax.think_open)
-        self._reasoning_markers = marker_set(in_reasoning or ["\x00"])
-        self._in_reasoning = options.starts_in_reasoning and syntax.think_close is not None
         self._text = SegmentWriter(reasoning=False)
         self._thought = SegmentWriter(reasoning=True)
         self._held = ""
-        self._block: ToolBlock | None = None
-        self._block_calls = 0
-        self._block_from_reasoning = False
-        self._content_seen = syntax.start_block is None
-        self._output_started = False  # reasoning closed, text or a block seen: `</think>` is literal now
-        self._reasoning_cut = False  # a call ended the thought: the model may still close it
-        self._pending_tail: str | None = None  # the closing markup the last block may leave
         self._closed = False
 
     @property
@@ -156,6 +121,51 @@ class StreamParser:
         if text:
             self._run(text, out)
         return out
+
+    def _run(self, buf: str, out: list[OutputEvent]) -> None:
+        """Parse `buf` (held text included), setting `_held` to any tail that may be a cut marker."""
+        raise NotImplementedError
+
+
+class StreamParser(HeldTextParser):
+    __slots__ = (
+        "_block",
+        "_block_calls",
+        "_block_from_reasoning",
+        "_content_markers",
+        "_content_seen",
+        "_in_reasoning",
+        "_output_started",
+        "_pending_tail",
+        "_reasoning_cut",
+        "_reasoning_markers",
+        "_syntax",
+        "_tools",
+    )
+
+    def __init__(self, syntax: Syntax, options: ParserOptions | None = None) -> None:
+        options = options or ParserOptions()
+        super().__init__(options)
+        self._syntax = syntax
+        self._tools = {t.name: t for t in options.tools}
+        openers = list(syntax.tool_blocks)
+        think = [m for m in (syntax.think_open, syntax.think_close) if m]
+        self._content_markers = marker_set([*think, *openers, *syntax.swallow, *syntax.tails.values()])
+        in_reasoning = [m for m in (syntax.think_close,) if m]
+        if syntax.tools_end_reasoning:
+            in_reasoning += openers
+        in_reasoning += syntax.swallow
+        if syntax.drop_open_in_reasoning and syntax.think_open:
+            in_reasoning.append(syntax.think_open)
+        self._reasoning_markers = marker_set(in_reasoning or ["\x00"])
+        self._in_reasoning = options.starts_in_reasoning and syntax.think_close is not None
+        self._block: ToolBlock | None = None
+        self._block_calls = 0
+        self._block_from_reasoning = False
+        self._content_seen = syntax.start_block is None
+        self._output_started = False  # reasoning closed, text or a block seen: `</think>` is literal now
+        self._reasoning_cut = False  # a call ended the thought: the model may still close it
+        self._pending_tail: str | None = None  # the closing markup the last block may leave
 
     def close(self) -> list[OutputEvent]:
         """End of output: flush held text, report a call cut off mid-way, close open segments."""

@@ -16,7 +16,6 @@ of new sessions scales up before their turns pile up.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from agentserve.eventloop import cancel_and_wait
 from agentserve.frontend.backend import EngineBackend
 from agentserve.planner.decide import Decision, PlannerConfig, Sample, WorkerState, choose_removals, decide
 from agentserve.planner.metrics import PlannerMetrics
@@ -108,11 +108,7 @@ class LocalPlanner:
                 await asyncio.sleep(self.interval_s / self.time_scale)
                 await self.step()
         finally:
-            for task in self._tasks:
-                task.cancel()
-            for task in list(self._tasks):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(self._tasks)
 
     async def step(self) -> Decision:
         sample = self.sample()

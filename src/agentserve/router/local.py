@@ -11,7 +11,6 @@ straight from `Engine.kv_events()` through the same `WorkerSync`, no sockets.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from agentserve.config import ConfigError, RouterConfig
+from agentserve.eventloop import cancel_and_wait
 from agentserve.router.core import OverloadedError, RouterCore
 from agentserve.router.discovery import KubeWatcher, WorkerEndpoint, static_endpoints
 from agentserve.router.ingest import Fleet
@@ -78,11 +78,7 @@ class LocalRouter:
         ]
 
     async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         if self._watcher is not None:
             await self._watcher.aclose()
         if self._prefill_watcher is not None:
@@ -188,11 +184,7 @@ class EngineRouter:
             await asyncio.sleep(0.002)
 
     async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
 
     async def _follow(self, name: str, engine: Engine) -> None:
         while True:

@@ -50,29 +50,25 @@ class RouterMetrics:
         self.route_errors = Counter(
             P + "route_errors", "Requests the router could not place", ["type"], registry=r
         )
-        self.overlap_blocks = Histogram(
-            P + "overlap_blocks",
-            "Prompt blocks cached on the chosen worker",
-            buckets=_BLOCK_BUCKETS,
-            registry=r,
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(P + name, doc, buckets=buckets, registry=r)
+
+        self.overlap_blocks = histogram(
+            "overlap_blocks", "Prompt blocks cached on the chosen worker", _BLOCK_BUCKETS
         )
-        self.overlap_ratio = Histogram(
-            P + "overlap_ratio",
-            "Share of the prompt's blocks cached on the chosen worker",
-            buckets=_RATIO_BUCKETS,
-            registry=r,
+        self.overlap_ratio = histogram(
+            "overlap_ratio", "Share of the prompt's blocks cached on the chosen worker", _RATIO_BUCKETS
         )
-        self.queue_wait = Histogram(
-            P + "queue_wait_seconds",
+        self.queue_wait = histogram(
+            "queue_wait_seconds",
             "Time requests waited in the priority queue (all workers saturated)",
-            buckets=_WAIT_BUCKETS,
-            registry=r,
+            _WAIT_BUCKETS,
         )
-        self.decision_seconds = Histogram(
-            P + "decision_seconds",
+        self.decision_seconds = histogram(
+            "decision_seconds",
             "Time to place one request (index lookup + cost), queue wait excluded",
-            buckets=_DECISION_BUCKETS,
-            registry=r,
+            _DECISION_BUCKETS,
         )
         r.register(_StateCollector(core, fleet, self.rate))
 

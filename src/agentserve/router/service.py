@@ -23,15 +23,16 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentserve.asgi import error_response, json_exception_handlers, until_disconnect
 from agentserve.router.core import OverloadedError
 from agentserve.router.ingest import State
 from agentserve.router.local import LocalRouter
@@ -50,11 +51,10 @@ from agentserve.router.wire import (
 
 log = logging.getLogger("agentserve.router")
 
+RawEndpoint = Callable[[Scope, Receive, Send], Awaitable[None]]
+T = TypeVar("T")
+
 MAX_BODY_BYTES = 4 * 1024 * 1024  # 500K block hashes: far beyond any context window
-
-
-def error_response(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
 
 
 async def _respond(send: Send, status: int, body: bytes = b"", content_type: str | None = None) -> None:
@@ -94,13 +94,6 @@ async def _read_body(scope: Scope, receive: Receive) -> tuple[bytes, Encoding] |
             return b"".join(chunks), encoding
 
 
-async def _until_disconnect(receive: Receive) -> None:
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 def create_app(router: LocalRouter, *, manage_router: bool = True) -> ASGIApp:
     """The router app over `router`; its lifespan starts and stops the router unless told not to."""
     core, fleet = router.core, router.fleet
@@ -132,7 +125,7 @@ def create_app(router: LocalRouter, *, manage_router: bool = True) -> ASGIApp:
             if core.saturated(call.exclude):
                 # Queued: leave the queue if the caller goes away meanwhile.
                 placing = asyncio.ensure_future(router.route(call.request, call.exclude))
-                gone = asyncio.ensure_future(_until_disconnect(receive))
+                gone = asyncio.ensure_future(until_disconnect(receive))
                 try:
                     await asyncio.wait({placing, gone}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -155,28 +148,6 @@ def create_app(router: LocalRouter, *, manage_router: bool = True) -> ASGIApp:
         prefill = decision.prefill.prefill_worker if decision.prefill is not None else None
         prefill_url = (fleet.url(prefill) or "") if prefill is not None else ""
         await _respond(send, 200, encode_decision(decision, url, encoding, prefill_url), media_type(encoding))
-
-    async def finish(scope: Scope, receive: Receive, send: Send) -> None:
-        read = await _read_small(scope, receive, send)
-        if read is not None:
-            try:
-                ticket = decode_ticket(*read)
-            except RouteWireError as exc:
-                await _error(send, 400, "invalid_request", str(exc))
-                return
-            core.finish_ticket(ticket)
-            await _respond(send, 204)
-
-    async def worker_failed(scope: Scope, receive: Receive, send: Send) -> None:
-        read = await _read_small(scope, receive, send)
-        if read is not None:
-            try:
-                worker = decode_worker(*read)
-            except RouteWireError as exc:
-                await _error(send, 400, "invalid_request", str(exc))
-                return
-            router.report_failed(worker)
-            await _respond(send, 204)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -216,15 +187,6 @@ def create_app(router: LocalRouter, *, manage_router: bool = True) -> ASGIApp:
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(router.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        kinds = {404: "not_found", 405: "method_not_allowed"}
-        return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail))
-
-    async def internal_error(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error")
-        return error_response(500, "internal_error", "internal error")
-
     app = Starlette(
         routes=[
             Route("/health", health, methods=["GET"]),
@@ -232,13 +194,13 @@ def create_app(router: LocalRouter, *, manage_router: bool = True) -> ASGIApp:
             Route("/workers", workers, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
         ],
-        exception_handlers={HTTPException: http_error, Exception: internal_error},
+        exception_handlers=json_exception_handlers(log),
         lifespan=lifespan,
     )
-    raw: dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]] = {
+    raw: dict[str, RawEndpoint] = {
         "/route": route,
-        "/finish": finish,
-        "/worker_failed": worker_failed,
+        "/finish": _notice(decode_ticket, core.finish_ticket),
+        "/worker_failed": _notice(decode_worker, router.report_failed),
     }
 
     async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
@@ -257,6 +219,25 @@ def create_app(router: LocalRouter, *, manage_router: bool = True) -> ASGIApp:
                 await _error(send, 500, "internal_error", "internal error")
 
     return asgi
+
+
+def _notice(decode: Callable[[bytes, Encoding], T], act: Callable[[T], None]) -> RawEndpoint:
+    """A POST that tells the router something (a ticket finished, a worker failed): its body is
+    decoded, acted on, and answered 204."""
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        read = await _read_small(scope, receive, send)
+        if read is None:
+            return
+        try:
+            notice = decode(*read)
+        except RouteWireError as exc:
+            await _error(send, 400, "invalid_request", str(exc))
+            return
+        act(notice)
+        await _respond(send, 204)
+
+    return endpoint
 
 
 async def _read_small(scope: Scope, receive: Receive, send: Send) -> tuple[bytes, Encoding] | None:

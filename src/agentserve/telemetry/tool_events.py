@@ -216,6 +216,24 @@ def _only(d: dict[str, Any], allowed: frozenset[str], path: str) -> None:
             raise _fail("unknown field", at(path, key))
 
 
+def _required_object(
+    d: dict[str, Any], key: str, allowed: frozenset[str], path: str
+) -> tuple[dict[str, Any], str]:
+    """The object under `key`, which must be there and hold only `allowed` keys, and its path."""
+    opath = at(path, key)
+    obj: dict[str, Any] | None = _checked(opt_dict, d, key, path)
+    if obj is None:
+        raise _fail("field required", opath)
+    _only(obj, allowed, opath)
+    return obj, opath
+
+
+def _required_id(d: dict[str, Any], key: str, path: str) -> str:
+    value = _id(d, key, path, required=True)
+    assert value is not None  # `required` raised otherwise
+    return value
+
+
 def _id(d: dict[str, Any], key: str, path: str, *, required: bool) -> str | None:
     try:
         value = opt_str(d, key, path)
@@ -269,21 +287,10 @@ def parse_tool_event(obj: Any, *, received_unix_ms: float, path: str = "") -> To
         raise _fail("must be one of 'tool_start', 'tool_end', 'tool_error'", at(path, "event_type"))
     event_time = _time(d, "event_time_unix_ms", path)
 
-    cpath = at(path, "agent_context")
-    ctx = _checked(opt_dict, d, "agent_context", path)
-    if ctx is None:
-        raise _fail("field required", cpath)
-    _only(ctx, _CONTEXT_KEYS, cpath)
-    session_id = _id(ctx, "session_id", cpath, required=True)
-    assert session_id is not None
-
-    tpath = at(path, "tool")
-    tool = _checked(opt_dict, d, "tool", path)
-    if tool is None:
-        raise _fail("field required", tpath)
-    _only(tool, _TOOL_KEYS, tpath)
-    call_id = _id(tool, "tool_call_id", tpath, required=True)
-    assert call_id is not None
+    ctx, cpath = _required_object(d, "agent_context", _CONTEXT_KEYS, path)
+    session_id = _required_id(ctx, "session_id", cpath)
+    tool, tpath = _required_object(d, "tool", _TOOL_KEYS, path)
+    call_id = _required_id(tool, "tool_call_id", tpath)
 
     raw_status = _checked(opt_str, tool, "status", tpath)
     if raw_status is None:

@@ -49,6 +49,21 @@ class SamplingParams(Samplers):
 SAMPLING_FIELDS: frozenset[str] = frozenset(f.name for f in fields(SamplingParams))
 
 
+def samplers_and_stops(params: SamplingParams) -> dict[str, Any]:
+    """The samplers `params` sets and its stop strings and token ids (as lists), by their field
+    names: what the worker wire and TensorRT-LLM's SamplingParams both take under those names."""
+    out: dict[str, Any] = {}
+    for name, _ in SAMPLERS:
+        value = getattr(params, name)
+        if value is not None:
+            out[name] = value
+    if params.stop:
+        out["stop"] = list(params.stop)
+    if params.stop_token_ids:
+        out["stop_token_ids"] = list(params.stop_token_ids)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Hints:
     """What the frontend knows about the conversation; real engines ignore it.

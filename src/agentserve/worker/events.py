@@ -7,28 +7,24 @@ meanwhile merged into one list (fewer wake-ups, same events, same order).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
+from agentserve.eventloop import Wakeup
 from agentserve.worker.engine import KvEvent
 
 
 class _Subscription:
-    __slots__ = ("_closed", "_hub", "_pending", "_waiter")
+    __slots__ = ("_closed", "_hub", "_pending", "_wakeup")
 
     def __init__(self, hub: EventHub) -> None:
         self._hub = hub
         self._pending: list[KvEvent] = []
-        self._waiter: asyncio.Future[None] | None = None
+        self._wakeup = Wakeup()
         self._closed = False
 
     def _put(self, events: list[KvEvent]) -> None:
         self._pending += events
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        self._wakeup.set()
 
     def __aiter__(self) -> _Subscription:
         return self
@@ -37,11 +33,7 @@ class _Subscription:
         while not self._pending:
             if self._closed:
                 raise StopAsyncIteration
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._wakeup.wait()
         events, self._pending = self._pending, []
         return events
 
@@ -51,7 +43,7 @@ class _Subscription:
     def _close(self) -> None:
         self._closed = True
         self._hub._subs.discard(self)
-        self._wake()
+        self._wakeup.set()
 
 
 class EventHub:

@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from agentserve.eventloop import Wakeup
+
 HIGH_WATER = 256 * 1024  # buffered body bytes above which reading pauses until the caller catches up
 
 
@@ -43,7 +45,7 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self._complete = False
         self._error: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
+        self._wakeup = Wakeup()
         self.got_bytes = False
         self.keep_alive = False
 
@@ -74,7 +76,7 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
         self._headers_done = True
-        self._wake()
+        self._wakeup.set()
 
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
@@ -82,33 +84,24 @@ class _Connection(asyncio.Protocol):
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
-        self._wake()
+        self._wakeup.set()
 
     def on_message_complete(self) -> None:
         self.keep_alive = self._parser.should_keep_alive()
         self._complete = True
-        self._wake()
+        self._wakeup.set()
 
     # -- caller side ------------------------------------------------------------------------------
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
-        self._wake()
+        self._wakeup.set()
 
     async def _wait(self) -> None:
         if self._error is not None:
             raise self._error
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
+        await self._wakeup.wait()
 
     def send(self, request: bytes) -> None:
         self._reset()

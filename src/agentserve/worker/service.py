@@ -34,13 +34,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentserve.asgi import error_response, json_exception_handlers, until_disconnect
 from agentserve.drain import DrainState
+from agentserve.eventloop import cancel_and_wait
 from agentserve.worker.engine import (
     DuplicateRequestError,
     Engine,
@@ -70,10 +71,6 @@ log = logging.getLogger("agentserve.worker")
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-def error_response(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
-
-
 async def _stream_steps(
     stream: StepStream, framing: Framing, request_id: str, *, abort: bool, receive: Receive, send: Send
 ) -> None:
@@ -84,13 +81,10 @@ async def _stream_steps(
 
     async def watch() -> None:
         nonlocal gone
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                gone = True
-                if abort and not finished:
-                    await stream.aclose()  # wakes the loop below with the end of the stream
-                return
+        await until_disconnect(receive)
+        gone = True
+        if abort and not finished:
+            await stream.aclose()  # wakes the loop below with the end of the stream
 
     watcher = asyncio.ensure_future(watch())
     headers = [
@@ -240,22 +234,9 @@ def create_app(
             yield
         finally:
             await engine.stop()
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(tasks)
             if publisher is not None:
                 publisher.close()
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        kinds = {404: "not_found", 405: "method_not_allowed"}
-        return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail))
-
-    async def internal_error(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error")
-        return error_response(500, "internal_error", "internal error")
 
     async def generate(scope: Scope, receive: Receive, send: Send) -> None:
         """POST /generate, as raw ASGI: the hot path skips the framework's per-message wrappers."""
@@ -422,7 +403,7 @@ def create_app(
             Route("/load", load, methods=["GET"]),
             Route("/info", info, methods=["GET"]),
         ],
-        exception_handlers={HTTPException: http_error, Exception: internal_error},
+        exception_handlers=json_exception_handlers(log),
         lifespan=lifespan,
     )
 

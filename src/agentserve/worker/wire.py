@@ -46,6 +46,7 @@ from agentserve.worker.engine import (
     Step,
     TokenLogprob,
     TokenRangeRetention,
+    samplers_and_stops,
 )
 
 Frame: TypeAlias = dict[str, Any]
@@ -78,15 +79,7 @@ class WireError(ValueError):
 
 def encode_request(request: GenerateRequest) -> Frame:
     s = request.sampling
-    sampling: dict[str, Any] = {"max_tokens": s.max_tokens}
-    for name, _ in SAMPLERS:
-        value = getattr(s, name)
-        if value is not None:
-            sampling[name] = value
-    if s.stop:
-        sampling["stop"] = list(s.stop)
-    if s.stop_token_ids:
-        sampling["stop_token_ids"] = list(s.stop_token_ids)
+    sampling: dict[str, Any] = {"max_tokens": s.max_tokens, **samplers_and_stops(s)}
     if s.ignore_eos:
         sampling["ignore_eos"] = True
     if s.include_stop:

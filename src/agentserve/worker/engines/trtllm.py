@@ -24,7 +24,6 @@ TensorRT-LLM's PyTorch LLM API has no per-request queue priority (FCFS only): `p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +33,7 @@ from typing import Any
 
 from agentserve.config import WorkerConfig
 from agentserve.conversation import Usage
+from agentserve.eventloop import cancel_and_wait
 from agentserve.worker.engine import (
     DuplicateRequestError,
     EngineError,
@@ -354,11 +354,7 @@ class TrtLlmEngine:
     async def stop(self) -> None:
         for stream in list(self._requests.values()):
             stream.abort()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         llm, self._llm = self._llm, None
         if llm is not None:

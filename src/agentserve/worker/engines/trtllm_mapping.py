@@ -45,6 +45,7 @@ from agentserve.worker.engine import (
     SamplingParams,
     Step,
     TokenLogprob,
+    samplers_and_stops,
 )
 from agentserve.worker.engines.trtllm_disagg import transceiver_kwargs, transferred_tokens
 from agentserve.worker.engines.trtllm_retention import PRIMARY_CACHE_LEVEL, medium_of, updated_medium
@@ -143,14 +144,7 @@ def sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
         # when False); the frontend asks for it with the family's end-of-turn tokens.
         "include_stop_str_in_output": params.include_stop,
     }
-    for name, _ in SAMPLERS:  # TensorRT-LLM's SamplingParams takes each under the same name
-        value = getattr(params, name)
-        if value is not None:
-            kwargs[name] = value
-    if params.stop:
-        kwargs["stop"] = list(params.stop)
-    if params.stop_token_ids:
-        kwargs["stop_token_ids"] = list(params.stop_token_ids)
+    kwargs.update(samplers_and_stops(params))  # TensorRT-LLM takes each under the same name
     if params.logprobs is not None:
         # `logprobs: Optional[int]`, the log-probabilities returned per output token; `_validate`
         # reads 0 as none (`self.logprobs and int(self.logprobs)`), so the sampled token alone is

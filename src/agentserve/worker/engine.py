@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from agentserve.constraints.spec import Constraint
 from agentserve.conversation import FinishReason, Usage
-from agentserve.sampling import Samplers
+from agentserve.sampling import SAMPLERS, Samplers
 
 # --------------------------------------------------------------------------------------------------
 # Requests

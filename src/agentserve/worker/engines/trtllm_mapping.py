@@ -33,7 +33,6 @@ from agentserve.config import ConfigError, WorkerConfig
 from agentserve.constraints.spec import Constraint
 from agentserve.conversation import FinishReason, Usage
 from agentserve.prompt.hashing import block_hashes
-from agentserve.sampling import SAMPLERS
 from agentserve.worker.engine import (
     MEDIUM_CPU,
     MEDIUM_GPU,

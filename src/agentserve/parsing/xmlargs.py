@@ -24,6 +24,7 @@ import math
 import re
 import warnings
 from collections.abc import Mapping
+from enum import IntEnum
 from typing import Any
 
 from agentserve.conversation import OutputEvent, ToolSpec
@@ -62,7 +63,17 @@ _LOOSE_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+
 # (bounds what is held, and keeps the could-it-still-be check constant time).
 SPECULATE_LIMIT = 256
 
-_STREAM, _BUFFER, _SPECULATE = range(3)
+
+
+class ValueMode(IntEnum):
+    """How a parameter's value is written while it arrives."""
+
+    STREAM = 0  # a string: each fragment escaped and sent as it comes
+    BUFFER = 1  # a scalar or container: held until its end, then converted by the schema's type
+    SPECULATE = 2  # a union with string: held while it could still be another type, then streamed
+
+
+_STREAM, _BUFFER, _SPECULATE = ValueMode.STREAM, ValueMode.BUFFER, ValueMode.SPECULATE
 
 
 def escape(text: str) -> str:

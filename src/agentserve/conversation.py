@@ -7,7 +7,8 @@ reasoning that explains a tool call sits right before it.
 *OutputEvent* (output side): what a model's raw text turns into, produced by exactly one owner, the
 family's streaming output parser. API encoders only translate these events; nobody re-parses text.
 
-These are plain frozen dataclasses with slots: they are created per streamed chunk (hot path).
+These are plain frozen dataclasses with slots: they are created per streamed chunk (hot path); the
+per-token deltas take `fast_init`'s cheaper constructor.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
+
+from agentserve.hotpath import fast_init
 
 # --------------------------------------------------------------------------------------------------
 # Conversation (input side)
@@ -111,6 +114,7 @@ class Conversation:
 # OutputEvents (output side)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ReasoningDelta:
     text: str
@@ -136,6 +140,7 @@ class TokenProb:
     top: tuple[TokenProb, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     text: str
@@ -152,6 +157,7 @@ class ToolCallStart:
     name: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCallArgsDelta:
     """A fragment of the arguments JSON text; the fragments of one call concatenate to its arguments."""

@@ -82,6 +82,7 @@ class DeepSeekToolCalls(SpecialTokenCalls):
     call_end = CALL_END
     openers = frozenset([CALLS_BEGIN])
     closers = frozenset([CALLS_END, END_OF_SENTENCE])
+    preamble = True  # V3's optional code fence before the JSON
 
     def __init__(self, ctx: BlockContext) -> None:
         # The closing fence (and its newline) is held like trailing whitespace and dropped at the end.
@@ -90,12 +91,6 @@ class DeepSeekToolCalls(SpecialTokenCalls):
         self._fence = _Fence.PAST
 
     # -- text ----------------------------------------------------------------------------------------
-
-    def _args_text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
-        if self._fence is not _Fence.PAST:
-            return self._skip_fence(buf, i, end)
-        self._args.write(buf[i:end], out)
-        return end
 
     def _head_text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
         step = self._step
@@ -127,7 +122,8 @@ class DeepSeekToolCalls(SpecialTokenCalls):
             self._step = _Head.NAME_LINE
         return j
 
-    def _skip_fence(self, buf: str, i: int, end: int) -> int:
+    def _preamble_text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
+        """Skip the code fence before the JSON (its backticks, language tag and whitespace)."""
         phase = self._fence
         while i < end:
             c = buf[i]
@@ -143,6 +139,7 @@ class DeepSeekToolCalls(SpecialTokenCalls):
                 break
             i += 1
         self._fence = phase
+        self._in_preamble = phase is not _Fence.PAST
         return i
 
     # -- markers -------------------------------------------------------------------------------------
@@ -169,6 +166,7 @@ class DeepSeekToolCalls(SpecialTokenCalls):
 
     def _literal(self, marker: str, out: list[OutputEvent]) -> None:
         self._fence = _Fence.PAST  # a marker ends the fence: what follows is argument text
+        self._in_preamble = False
         self._args.write(marker, out)
 
     def _begin_call(self, marker: str) -> None:

@@ -133,8 +133,9 @@ class Generation:
                 self._engine_output = step.usage.output_tokens
         if self._discard:
             return []
-        if self._logprobs is not None and step.logprobs:
-            self._logprobs.tokens(step.logprobs)
+        answer = self._logprobs  # None unless the request asked for log-probabilities
+        if answer is not None and step.logprobs:
+            answer.tokens(step.logprobs)
         text = step.text
         stops = self._stops
         if stops is not None:
@@ -145,7 +146,7 @@ class Generation:
                 self._reason = "stop"
         events = self._parser.feed(text) if text else []
         self._count(len(ids), events)
-        return events if self._logprobs is None else self._attach(events)
+        return events if answer is None else self._attach(events)
 
     def close(self) -> list[OutputEvent]:
         """The end of the turn, after the last step: what the stop matcher held, the parser's

@@ -67,16 +67,20 @@ class SpecialTokenCalls(MarkerBlock):
     given back when the text turns out not to be a call; a family writes only its head: `_head_text`
     and `_head_marker`."""
 
-    __slots__ = ("_args", "_calls", "_head", "_raw", "_state", "done", "fallback")
+    __slots__ = ("_args", "_calls", "_head", "_in_preamble", "_raw", "_state", "done", "fallback")
     call_begin: ClassVar[str]
     call_end: ClassVar[str]
     openers: ClassVar[frozenset[str]]  # the block's own opener, repeated: kept as text
     closers: ClassVar[frozenset[str]]  # end the block (and the call in it)
+    # The family skips text between a call's head and its arguments (`_preamble_text`); without one
+    # (the default) argument text goes straight to the arguments' writer.
+    preamble: ClassVar[bool] = False
 
     def __init__(self, ctx: BlockContext, args: DelimitedArgs) -> None:
         self._calls = ctx.calls
         self._args = args
         self._state = BETWEEN
+        self._in_preamble = False  # in ARGS, before the arguments proper (`preamble` families)
         self._head: list[str] = []
         # Text given back as output if what follows turns out not to be a call (reset per started call).
         self._raw: list[str] = [ctx.opener]
@@ -91,14 +95,19 @@ class SpecialTokenCalls(MarkerBlock):
     def _head_marker(self, marker: str, start: int, end: int, out: list[OutputEvent]) -> int:
         """Act on a marker met in the head; return where to continue."""
 
-    def _args_text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
-        self._args.write(buf[i:end], out)
-        return end
+    def _preamble_text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
+        """Consume text before the arguments proper from `buf[i:end]` (state ARGS while
+        `_in_preamble`), clearing `_in_preamble` where the arguments begin; return where it stopped."""
+        self._in_preamble = False
+        return i
 
     def _text(self, buf: str, i: int, end: int, out: list[OutputEvent]) -> int:
         state = self._state
-        if state is ARGS:
-            return self._args_text(buf, i, end, out)
+        if state is ARGS:  # nearly every chunk of a call: straight to the arguments
+            if self._in_preamble:
+                return self._preamble_text(buf, i, end, out)
+            self._args.write(buf[i:end], out)
+            return end
         if state is HEAD:
             return self._head_text(buf, i, end, out)
         j = self._keep_whitespace(buf, i, end)
@@ -156,6 +165,7 @@ class SpecialTokenCalls(MarkerBlock):
         self._raw = []
         self._args.reset()
         self._state = ARGS
+        self._in_preamble = self.preamble
 
     def _end_call(self, out: list[OutputEvent]) -> None:
         self._calls.end(out)

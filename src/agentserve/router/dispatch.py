@@ -319,10 +319,11 @@ class DispatchedStream:
                     self._interrupted = False
                     await self.open()
                     continue
-                if step.received_tokens is not None and self.prefill is not None:
-                    self.prefill.received_tokens = step.received_tokens
-                    if step.received_tokens == 0 and self.prefill.outcome == "remote":
-                        self.prefill.outcome = "transfer-failed"  # the decode worker prefilled it
+                prefill = self.prefill  # None unless the fleet has prefill workers
+                if prefill is not None and step.received_tokens is not None:
+                    prefill.received_tokens = step.received_tokens
+                    if step.received_tokens == 0 and prefill.outcome == "remote":
+                        prefill.outcome = "transfer-failed"  # the decode worker prefilled it
                 if step.token_ids or step.text:
                     self._streamed = True
                     self.output_token_ids += step.token_ids

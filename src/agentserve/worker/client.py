@@ -110,12 +110,12 @@ def merge_steps(steps: Sequence[Step]) -> Step:
     if len(steps) == 1:
         return steps[0]
     ids: list[int] = []
+    logprobs: list[TokenLogprob] | None = None  # None unless a step carries them
     for s in steps:
         ids += s.token_ids
+        if s.logprobs is not None:
+            logprobs = [*(logprobs or ()), *s.logprobs]
     first, last = steps[0], steps[-1]
-    logprobs: list[TokenLogprob] | None = None
-    if any(s.logprobs is not None for s in steps):
-        logprobs = [e for s in steps for e in (s.logprobs or ())]
     return Step(
         ids,
         "".join(s.text for s in steps),

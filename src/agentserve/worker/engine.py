@@ -8,7 +8,8 @@ never parses reasoning or tools: text goes out exactly as the model produced it.
 Block hashes in KV events are `agentserve.prompt.hashing.block_hashes` values (chained XXH3-64 over
 full blocks), the same numbers the frontend and router compute from a prompt.
 
-Values here are frozen dataclasses with slots: steps are created per token on the hot path.
+Values here are frozen dataclasses with slots: steps are created per token on the hot path (`Step`
+takes `agentserve.hotpath.fast_init`'s constructor: its rarely used fields cost little per token).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from agentserve.constraints.spec import Constraint
 from agentserve.conversation import FinishReason, Usage
+from agentserve.hotpath import fast_init
 from agentserve.sampling import SAMPLERS, Samplers
 
 # --------------------------------------------------------------------------------------------------
@@ -171,6 +173,7 @@ class TokenLogprob:
     top: tuple[tuple[int, float], ...] = ()
 
 
+@fast_init  # created per token: each field's store is paid per token
 @dataclass(frozen=True, slots=True)
 class Step:
     """New output since the previous step of the same request.

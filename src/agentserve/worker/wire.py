@@ -433,6 +433,8 @@ def frame_to_step(frame: Frame) -> Step:
         if "error" in frame:
             err = frame["error"]
             raise StreamError(str(err.get("type", "error")), str(err.get("message", "")))
+        if len(frame) == 2:  # the common step: token ids and text only
+            return Step(frame["token_ids"], frame["text"])
         reason = frame.get("finish_reason")
         usage = None
         if reason is not None:

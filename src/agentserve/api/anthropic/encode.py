@@ -100,7 +100,7 @@ class AnthropicStreamEncoder:
         self._context_management = context_management
         self.message_id = message_id or new_id("msg_")
         # Streaming tool dispatch off: everything from the first finished call on waits for the end.
-        self._gate = DispatchGate(dispatch)
+        self._gate = None if dispatch else DispatchGate()
         self._signer = signer
         self._stream_tool_input = stream_tool_input
         self._omit_thinking = omit_thinking
@@ -199,7 +199,8 @@ class AnthropicStreamEncoder:
         if self._done:
             return b""
         out = self._feed(event)
-        return self._gate.admit(out, self._dispatched, self._done)
+        gate = self._gate
+        return out if gate is None else gate.admit(out, self._dispatched, self._done)
 
     def _feed(self, event: OutputEvent) -> bytes:
         out = b"" if self._started else self.start()
@@ -270,7 +271,7 @@ class AnthropicStreamEncoder:
         """Close what is open, then `message_delta` (stop reason, usage) and `message_stop`."""
         if self._done:
             return b""
-        held = self._gate.release()
+        held = b"" if self._gate is None else self._gate.release()
         return held + self._finish(finish, stop_sequence)
 
     def _finish(self, finish: Finish, stop_sequence: str | None) -> bytes:
@@ -302,7 +303,7 @@ class AnthropicStreamEncoder:
         if self._done:
             return b""
         self._done = True
-        out = self._gate.release()
+        out = b"" if self._gate is None else self._gate.release()
         return out + error_event(error)
 
 

@@ -200,7 +200,7 @@ class ResponsesStreamEncoder:
     ) -> None:
         self.response_id = response_id or new_id("resp_")
         # Streaming tool dispatch off: everything from the first finished call on waits for the end.
-        self._gate = DispatchGate(dispatch)
+        self._gate = None if dispatch else DispatchGate()
         self.created_at = int(time.time()) if created_at is None else created_at
         self._items = _Items(request, signer)
         self._stream_arguments = stream_tool_arguments
@@ -375,7 +375,8 @@ class ResponsesStreamEncoder:
         if self._done:
             return b""
         out = self._feed(event)
-        return self._gate.admit(out, self._dispatched, self._done)
+        gate = self._gate
+        return out if gate is None else gate.admit(out, self._dispatched, self._done)
 
     def _feed(self, event: OutputEvent) -> bytes:
         out = b"" if self._started else self.start()
@@ -442,7 +443,7 @@ class ResponsesStreamEncoder:
         """Close what is open, then `response.completed` (or `.incomplete` / `.failed`)."""
         if self._done:
             return b""
-        held = self._gate.release()
+        held = b"" if self._gate is None else self._gate.release()
         return held + self._finish(finish)
 
     def _finish(self, finish: Finish) -> bytes:
@@ -468,7 +469,7 @@ class ResponsesStreamEncoder:
         """`response.failed` (after `response.created` if nothing was sent yet)."""
         if self._done:
             return b""
-        held = self._gate.release()
+        held = b"" if self._gate is None else self._gate.release()
         return held + self._failed(error)
 
     def _failed(self, error: ApiError) -> bytes:

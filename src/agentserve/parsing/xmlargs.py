@@ -64,7 +64,6 @@ _LOOSE_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+
 SPECULATE_LIMIT = 256
 
 
-
 class ValueMode(IntEnum):
     """How a parameter's value is written while it arrives."""
 

@@ -57,6 +57,7 @@ from agentserve.operator.manifests import ManifestError, parse_spec
 from agentserve.operator.metrics import OperatorMetrics
 from agentserve.operator.multinode import ssh_secret_to_create
 from agentserve.operator.reconcile import (
+    OPERATOR_CONDITIONS,
     SIGNING_FINGERPRINT_ANNOTATION,
     Failure,
     ObjectRef,
@@ -349,8 +350,19 @@ def write_status(cluster: Cluster, owner: Mapping[str, Any], result: SyncResult)
 
 
 def status_changed(body: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
-    """Whether `status` says anything the CR's stored status does not (no write at rest)."""
-    return not is_subset(dict(status), body.get("status") or {})
+    """Whether `status` says anything the CR's stored status does not (no write at rest). Conditions
+    are compared by type (a list-map): another writer's condition beside ours is no change, one of
+    ours the stored list has and `status` no longer does is."""
+    stored = dict(body.get("status") or {})
+    ours = dict(status)
+    mine = ours.pop("conditions", None) or []
+    held = {c.get("type"): c for c in stored.pop("conditions", None) or []}
+    if not is_subset(ours, stored):
+        return True
+    if any(not is_subset(c, held.get(c.get("type"))) for c in mine):
+        return True
+    wanted = {c.get("type") for c in mine}
+    return any(kind in OPERATOR_CONDITIONS and kind not in wanted for kind in held)
 
 
 def on_child_event(

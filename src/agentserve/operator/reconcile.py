@@ -42,6 +42,8 @@ STATUS_KEY: dict[Component, str] = {"frontend": "frontend", "router": "router", 
 # The prefill pool (spec.workers.prefill), when the spec has one: a condition and counts of its own.
 PREFILL_CONDITION = "PrefillWorkersReady"
 PREFILL_STATUS_KEY = "prefillWorkers"
+# The conditions the operator writes (others on the CR are another writer's: the planner's).
+OPERATOR_CONDITIONS = frozenset({"Ready", *CONDITION_OF.values(), PREFILL_CONDITION})
 
 
 @dataclass(frozen=True, order=True)

@@ -828,3 +828,21 @@ def test_ensure_crd_applies_this_versions_crd_and_survives_a_refusal() -> None:
     assert applied == crd()
     cluster.fail_apply = "CustomResourceDefinition"
     assert ensure_crd(cluster, LOG) is False  # logged; the operator keeps running
+
+
+def test_status_at_rest_beside_the_planners_condition_is_not_written_again() -> None:
+    from agentserve.operator.handlers import status_changed
+
+    ready = {"type": "Ready", "status": "True", "reason": "AllComponentsReady"}
+    prefill = {"type": "PrefillWorkersReady", "status": "True"}
+    planner = {"type": "Autoscaling", "status": "True", "reason": "MeetingTargets"}
+    ours = {"observedGeneration": 2, "conditions": [ready]}
+    stored = {"status": {"observedGeneration": 2, "conditions": [planner, ready]}}
+    assert not status_changed(stored, ours)  # the planner's condition beside ours: nothing to write
+    moved = {"observedGeneration": 2, "conditions": [{**ready, "status": "False"}]}
+    assert status_changed(stored, moved)
+    assert status_changed({"status": {**stored["status"], "observedGeneration": 1}}, ours)
+    # One of ours the CR still shows and we no longer write (the prefill pool was removed): a write,
+    # which server-side apply turns into its removal.
+    with_prefill = {"status": {"observedGeneration": 2, "conditions": [planner, ready, prefill]}}
+    assert status_changed(with_prefill, ours)

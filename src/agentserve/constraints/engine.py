@@ -43,6 +43,12 @@ PROBES = 24
 # it without end.
 _CLOSERS = ('"', "}", "]", ",", "0", "1")
 _FILLERS = ("null", ":")
+# Where no preferred token is allowed, before a seeded random draw: what opens the structure the
+# grammar expects (a JSON object or array; the grammar's own opening markers such as `<tool_call>`,
+# `GrammarEngine.openers`), so a forced call or value is written the same way whatever the seed and
+# the plan stays shareable (a draw keys it by the seed).
+_OPENERS = ("{", "[")
+_REASONING = re.compile(r"^reasoning: (\S+) thought", re.MULTILINE)  # `constraints.build`'s rule
 
 
 _STOP = re.compile(r'\[stop="((?:[^"\\]|\\.)*)"\]')
@@ -73,6 +79,7 @@ class _Aids:
     preferred: tuple[int, ...]  # the preferred tokens the grammar can allow (`referenced`)
     text_closers: tuple[tuple[int, ...], ...]
     bulk: bool
+    openers: tuple[int, ...]
 
 
 class GrammarEngine:
@@ -87,6 +94,7 @@ class GrammarEngine:
         self._closing: dict[tuple[int, ...], frozenset[int]] = {}
         self._prefixes: dict[int, tuple[int, ...]] = {}
         self._blank: frozenset[int] | None = None
+        self._special: tuple[tuple[int, str], ...] | None = None
         self._spelt: dict[int, bytes] = {}
         self._steering: OrderedDict[tuple[str, tuple[int, ...]], _Aids] = OrderedDict()
         self._lock = threading.Lock()
@@ -165,6 +173,14 @@ class GrammarEngine:
             hit = tuple(dict.fromkeys(ids))
             self._preferred[eos] = hit
         return hit
+
+    def special_tokens(self) -> tuple[tuple[int, str], ...]:
+        """The tokenizer's special tokens with their text (scanned once)."""
+        if self._special is None:
+            tok = self.tokenizer()
+            ids = [t for t in range(tok.vocab_size) if tok.is_special_token(t)]
+            self._special = tuple((t, tok.decode_str([t])) for t in ids)
+        return self._special
 
     def blank(self) -> frozenset[int]:
         """The tokens that spell whitespace alone (a random choice avoids them: `_any_allowed`)."""
@@ -245,6 +261,7 @@ class GrammarEngine:
             tokenize=self.tokenizer(eos).tokenize_bytes,
             spell=self.spell,
             bulk=aids.bulk,
+            openers=aids.openers,
         )
 
     def _aids(self, grammar: str, eos: tuple[int, ...]) -> _Aids:
@@ -253,12 +270,36 @@ class GrammarEngine:
         key = (grammar, eos)
         hit = self._steering.get(key)
         if hit is None:
-            hit = _Aids(self.referenced(grammar, eos), self.text_closers(grammar), bulk_safe(grammar))
+            hit = _Aids(
+                self.referenced(grammar, eos),
+                self.text_closers(grammar),
+                bulk_safe(grammar),
+                self.openers(grammar, eos),
+            )
             with self._lock:
                 self._steering[key] = hit
                 while len(self._steering) > self.cache_size:
                     self._steering.popitem(last=False)
         return hit
+
+    def openers(self, grammar: str, eos: tuple[int, ...]) -> tuple[int, ...]:
+        """What a step takes before a random draw (`_OPENERS`): `{`, `[`, then the special tokens
+        `grammar` names that open a block (neither closing nor end-of-turn), in the order the
+        grammar names them, less the reasoning block's opener (`reasoning: <think> thought …`):
+        a forced call is written at once rather than after a thought."""
+        tok = self.tokenizer(eos)
+        named: list[tuple[int, int]] = []
+        reasoning = set(_REASONING.findall(grammar))
+        closing = self.closing(eos)
+        for token, text in self.special_tokens():
+            if token in eos or token in closing:
+                continue
+            names = [text, f"<[{token}]>"] if text.startswith("<") else [f"<[{token}]>"]
+            at = min((k for k in (grammar.find(name) for name in names) if k >= 0), default=-1)
+            if at >= 0 and not reasoning.intersection(names):
+                named.append((at, token))
+        ids = [found[0] for found in map(tok.tokenize_str, _OPENERS) if len(found) == 1]
+        return tuple(dict.fromkeys([*ids, *(token for _, token in sorted(named))]))
 
     def referenced(self, grammar: str, eos: tuple[int, ...]) -> tuple[int, ...]:
         """`preferred(eos)` without the special tokens `grammar` cannot allow anywhere. llguidance
@@ -530,6 +571,7 @@ def steer(
     stop_ids: Sequence[int] = (),
     prefixes: Callable[[int], Sequence[int]] | None = None,
     text_closers: Sequence[Sequence[int]] = (),
+    openers: Sequence[int] = (),
     blank: Container[int] = frozenset(),
     tokenize: Callable[[bytes], list[int]] | None = None,
     spell: Callable[[int], bytes] | None = None,
@@ -541,16 +583,18 @@ def steer(
     bytes), else those bytes as `tokenize` spells them), else the longest allowed
     token spelling a prefix of the scripted one (`prefixes`: `")` of a `"),` whose comma is
     forbidden), else the script's next allowed token within `RESYNC_WINDOW` (a forced call skips
-    the prose before it), else a preferred allowed token (`preferred`), else a seeded random
-    allowed token (not a `blank` one where another is allowed). A chosen token in `closing` (a
+    the prose before it), else a preferred allowed token (`preferred`), else an opener (`openers`:
+    `{`, `[`, the grammar's own opening markers), else a seeded random allowed token (not a `blank`
+    one where another is allowed). A chosen token in `closing` (a
     block closed early, as a spent thinking budget closes `</think>`) resumes the script after the
     script's own copy of it. Where a preferred token keeps being chosen (free text allows `"`
     forever), one of `text_closers` (the grammar's `stop` strings, such as `</parameter>`,
     tokenized) is written instead.
     Every emitted token passed the matcher: the output never holds a token the grammar forbids.
     Cost: where the script is allowed its tokens are consumed a chunk per call (validated in bulk
-    where `bulk`: `_follow`), forced text costs no mask, and a vocabulary mask is computed only
-    where a replacement must be chosen (`Steered.masks` counts them)."""
+    where `bulk`: `_follow`), forced text costs no mask, a step's candidates are checked one by one
+    (`_Probe`: `validate_tokens`, the mask's verdict) and a vocabulary mask is computed only where
+    more than `PROBES` of them are asked or a random draw needs it (`Steered.masks` counts them)."""
     out: list[int] = []
     copied: list[tuple[int, int, int]] = []
 
@@ -631,6 +675,8 @@ def steer(
                 closer = next((c for c in text_closers if c and probe.allowed(c[0])), None)
                 if closer is not None:
                     chosen, pending = closer[0], list(closer[1:])
+            if chosen is None and not repeated:
+                chosen = probe.first(openers)
             if chosen is None:
                 chosen, seeded = _any_allowed(probe.mask(), rng, blank)
                 drawn += seeded

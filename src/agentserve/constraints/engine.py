@@ -523,27 +523,45 @@ def bulk_safe(grammar: str) -> bool:
     return "max_tokens" not in grammar
 
 
-def _follow(matcher: LLMatcher, script: Sequence[int], i: int, room: int, bulk: bool) -> int:
+def _follow(
+    matcher: LLMatcher, script: Sequence[int], i: int, room: int, bulk: bool
+) -> tuple[int, LLMatcher]:
     """Consume the longest allowed run of `script` from position i (at most `room` tokens); how many
-    tokens that is, no mask. In growing chunks (8, 32, 128, …): after a refusal the next token is
-    usually refused too, and handing llguidance the whole rest each time cost more than its check.
-    `bulk` (a grammar without token limits, `bulk_safe`): each chunk is one `validate_tokens` (no
-    state change) then one `consume_tokens`, the same tokens as `try_consume_tokens` for ~25 % less
-    CPU."""
+    tokens that is, no mask, and the matcher to go on with. In growing chunks (8, 32, 128, …): after
+    a refusal the next token is usually refused too, and handing llguidance the whole rest each time
+    cost more than its check. `bulk` (a grammar without token limits, `bulk_safe`): the first chunk
+    is one `validate_tokens` (no state change) then one `consume_tokens`, the same tokens as
+    `try_consume_tokens` for ~25 % less CPU; once a chunk went through whole, the next is consumed
+    at once (`consume_tokens` checks each token itself: the validation was a second pass over
+    them) on a matcher whose copy (`deep_copy`, ~2 µs) is kept in case it is refused, the copy then
+    going on as above (a refused `consume_tokens` leaves its matcher in error)."""
     taken, size, end = 0, 8, min(len(script), i + room)
     while i + taken < end:
         run = list(script[i + taken : min(end, i + taken + size)])
-        if bulk:
-            n = matcher.validate_tokens(run)
-            if n and not matcher.consume_tokens(run[:n]):
-                raise RuntimeError(f"llguidance refused tokens it had validated: {matcher.get_error()}")
+        if bulk and taken:
+            backup = matcher.deep_copy()
+            if matcher.consume_tokens(run):
+                n = len(run)
+            else:
+                matcher = backup
+                n = _validated(matcher, run)
+        elif bulk:
+            n = _validated(matcher, run)
         else:
             n = matcher.try_consume_tokens(run)
         taken += n
         if n < len(run):
             break
         size *= 4
-    return taken
+    return taken, matcher
+
+
+def _validated(matcher: LLMatcher, run: list[int]) -> int:
+    """Consume the allowed prefix of `run`, checked first by `validate_tokens`; its length."""
+    n = matcher.validate_tokens(run)
+    if n and not matcher.consume_tokens(run[:n]):
+        raise RuntimeError(f"llguidance refused tokens it had validated: {matcher.get_error()}")
+    return n
 
 
 def _after_closer(script: Sequence[int], i: int, forced: Sequence[int], closing: frozenset[int]) -> int:
@@ -614,7 +632,7 @@ def steer(
     while len(out) < max_tokens and not matcher.is_stopped() and not matcher.is_error():
         room = max_tokens - len(out)
         if i < n:
-            taken = _follow(matcher, script, i, room, bulk)
+            taken, matcher = _follow(matcher, script, i, room, bulk)
             if taken:
                 copy(i, taken)
                 out.extend(script[i : i + taken])

@@ -306,7 +306,8 @@ class GrammarEngine:
         allows a special token only where the grammar names it (`<name>`, `<[id]>`; never inside a
         string, a regex or JSON), so the others need no check at a step (each costs a
         `validate_tokens`); an id range or any other `<[…]>` form keeps them all. The end-of-turn
-        ids stay."""
+        ids too: a step is taken only where the grammar does not accept, where llguidance allows
+        them only if the grammar names them."""
         preferred = self.preferred(eos)
         refs = _TOKEN_REF.findall(grammar)
         if not all(ref.isdigit() for ref in refs):
@@ -318,7 +319,7 @@ class GrammarEngine:
             text = tok.decode_str([token])
             return token in ids or (text.startswith("<") and text in grammar)
 
-        return tuple(t for t in preferred if t in eos or not tok.is_special_token(t) or named(t))
+        return tuple(t for t in preferred if not tok.is_special_token(t) or named(t))
 
     def closing(self, eos: tuple[int, ...]) -> frozenset[int]:
         """The special tokens that close a block (`</think>`, `</tool_call>`): when the sim has to
@@ -675,7 +676,10 @@ def steer(
         else:
             pending.clear()
         if chosen is None and i < n and prefixes is not None:  # the allowed part of a token that overshoots
-            chosen = next((t for t in prefixes(script[i]) if probe.allowed(t)), None)
+            shorter = prefixes(script[i])
+            # a token is allowed only if its bytes are, so the shortest prefix refused refuses them all
+            if shorter and probe.allowed(shorter[-1]):
+                chosen = next((t for t in shorter if probe.allowed(t)), None)
             if chosen is not None:
                 i += 1
         if chosen is None and len(out) >= next_scan:

@@ -258,6 +258,146 @@ def steering_alone(mode: str, tokens: int, requests: int) -> tuple[float, float,
     return cpu * 1e6 / max(emitted, 1), masks / requests, draws / requests
 
 
+# -- 2b. a real sim worker process ------------------------------------------------------------------
+
+HOST = "127.0.0.1"
+
+
+def scripted(mode: str, tokens: int) -> str:
+    """The sim's script: the grammar's own call (`follow`) or prose where a call is required (`steer`)."""
+    arguments = {"command": " ".join(["word"] * (tokens // 2))}
+    call = f'<tool_call>\n{{"name": "Bash", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+    return call if mode == "follow" else " ".join(["word"] * tokens)
+
+
+def serve_worker(port: int, events_port: int, script: str, speedup: float, memo: bool) -> None:
+    """Subprocess mode: `agentserve worker --engine sim` (its config, its serve loop) on a scenario
+    whose every answer is `script`, with the memo of steered plans on or off."""
+    from agentserve.config import WorkerConfig
+    from agentserve.worker import constrained as steering
+    from agentserve.worker.main import run
+
+    steering.PLAN_CACHE = steering.PLAN_CACHE if memo else 0
+    config = WorkerConfig(
+        host=HOST, port=port, kv_events_port=events_port, sim_script=script, sim_speedup=speedup,
+        drain_delay_s=0,
+    )  # fmt: skip
+    run(config)
+
+
+class WorkerProcess:
+    """A sim worker process on free ports, ready."""
+
+    def __init__(self, script: str, speedup: float, memo: bool) -> None:
+        import os
+        import socket
+        import subprocess
+        import tempfile
+
+        ports = []
+        for _ in range(2):
+            with socket.socket() as sock:
+                sock.bind((HOST, 0))
+                ports.append(sock.getsockname()[1])
+        self.url = f"http://{HOST}:{ports[0]}"
+        path = Path(tempfile.mkdtemp()) / "script.json"
+        path.write_text(json.dumps({"rules": [], "default": script}))
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        argv = [sys.executable, __file__, "--serve-worker", f"{ports[0]},{ports[1]}", "--script", str(path),
+                "--speedup", str(speedup), "--memo", "on" if memo else "off"]  # fmt: skip
+        self.proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
+        self._wait_ready()
+
+    def _wait_ready(self, limit_s: float = 60) -> None:
+        import urllib.request
+
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < limit_s:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the worker exited")
+            try:
+                with urllib.request.urlopen(self.url + "/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("the worker did not become ready")
+
+    def cpu(self) -> float:
+        """The worker process's CPU seconds (user + system, /proc/<pid>/stat)."""
+        import os
+
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+async def worker_batch(
+    worker: WorkerProcess, streams: int, tokens: int, constrained: bool, tag: str
+) -> tuple[float, int, int]:
+    """The worker's CPU seconds, tokens and frames for N concurrent streams over the mux (msgpack
+    frames, one connection, as the frontend's `WorkerClient`)."""
+    from agentserve.constraints.spec import Constraint
+    from agentserve.worker.client import WorkerClient
+    from agentserve.worker.engine import GenerateRequest, SamplingParams
+
+    constraint = None
+    if constrained:
+        assert FAMILY.grammar is not None
+        markers = Markers(GrammarEngine(TOKENIZER.to_json()).specials(FAMILY.grammar.marker_strings))
+        tools = (ToolSpec("Bash", "", AGENT_TOOLS["Bash"]),)
+        built = build(
+            GenerationOptions("m", tool_choice=ToolChoice("required")), tools, FAMILY.grammar, markers,
+            family="qwen3",
+        )  # fmt: skip
+        assert built is not None
+        constraint = Constraint(built.grammar, built.json_schema)
+    sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
+    prompts = [[1000 + (i * 7919 + j) % 4000 for j in range(64 + i)] for i in range(streams)]
+
+    async with WorkerClient(worker.url, framing="msgpack", transport="mux") as client:
+
+        async def one(i: int, prompt: list[int]) -> tuple[int, int]:
+            request = GenerateRequest(f"{tag}-{i}", prompt, sampling, constraint=constraint)
+            got = frames = 0
+            async for step in await client.generate(request):
+                got += len(step.token_ids)
+                frames += 1
+            return got, frames
+
+        await one(-1, [999] * 32)  # the connection, and the grammar compiled, before the clock
+        c0 = worker.cpu()
+        done = await asyncio.gather(*(one(i, prompts[i]) for i in range(streams)))
+        cpu = worker.cpu() - c0
+    return cpu, sum(d[0] for d in done), sum(d[1] for d in done)
+
+
+def worker_cpu(
+    mode: str, memo: bool, streams: int, tokens: int, speedup: float, reps: int
+) -> dict[str, float]:
+    """Worker CPU µs per generated token, unconstrained and constrained alternated on one worker
+    process (the minimum of `reps` batches each), and tokens per frame."""
+    worker = WorkerProcess(scripted(mode, tokens), speedup, memo)
+    best: dict[bool, float] = {}
+    per_frame = 0.0
+    try:
+        for rep in range(reps):
+            for constrained in (False, True):
+                cpu, got, frames = asyncio.run(
+                    worker_batch(worker, streams, tokens, constrained, f"{mode}-{int(constrained)}-{rep}")
+                )
+                best[constrained] = min(best.get(constrained, float("inf")), cpu * 1e6 / max(got, 1))
+                per_frame = got / max(frames, 1)
+    finally:
+        worker.close()
+    return {"base": best[False], "cons": best[True], "tokens_per_frame": per_frame}
+
+
 # -- 3. end to end ----------------------------------------------------------------------------------
 
 
@@ -309,8 +449,39 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--only",
+        choices=["compile", "sim", "worker", "e2e"],
+        action="append",
+        help="run only these parts (repeatable)",
+    )
+    parser.add_argument(
+        "--speedup",
+        type=float,
+        default=1.0,
+        help="the worker measurement's sim time scale (1: the timing profile's real time)",
+    )
+    parser.add_argument("--serve-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--script", help=argparse.SUPPRESS)
+    parser.add_argument("--memo", choices=["on", "off"], default="on", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    generated = 60 if args.quick else 300
+    if args.serve_worker:
+        port, events = (int(p) for p in args.serve_worker.split(","))
+        serve_worker(port, events, args.script, args.speedup, args.memo == "on")
+        return
+    parts = set(args.only or ["compile", "sim", "worker", "e2e"])
+    if "compile" in parts:
+        compile_part(args.quick)
+    if "sim" in parts:
+        sim_part(args.quick)
+    if "worker" in parts:
+        worker_part(args.quick, args.speedup)
+    if "e2e" in parts:
+        e2e_part(args.quick)
+
+
+def compile_part(quick: bool) -> None:
+    generated = 60 if quick else 300
 
     print("1. compile time per schema (a request forcing that tool, qwen3 syntax, llguidance)")
     compile_times("coding-agent tools", list(AGENT_TOOLS.items()))
@@ -333,12 +504,14 @@ def main() -> None:
     cold_ms, cached_us = (t1 - t0) * 1000, (t2 - t1) * 1e6
     print(f"  all {len(everything)} tools strict, required: cold {cold_ms:.1f} ms, cached {cached_us:.1f} µs")
 
+
+def sim_part(quick: bool) -> None:
     print("\n2. sim worker CPU per generated token (zero-time sim), constrained vs not, same run")
-    tokens = 128 if args.quick else 512
+    tokens = 128 if quick else 512
     for mode in ("follow", "steer"):
         for memo in (False, True):
             for streams in (1, 64, 256):
-                if args.quick and streams == 256:
+                if quick and streams == 256:
                     continue
                 base, n0 = asyncio.run(sim_cpu(streams, tokens, mode, False, memo))
                 cons, n1 = asyncio.run(sim_cpu(streams, tokens, mode, True, memo))
@@ -357,9 +530,28 @@ def main() -> None:
             f"µs/token, {masks:4.1f} masks and {draws:3.1f} seeded draws per request"
         )
 
+
+def worker_part(quick: bool, speedup: float) -> None:
+    timing = "the timing profile's real time" if speedup == 1 else f"time scale {speedup:g}"
+    print(f"\n2b. a sim worker process ({timing}), 64 streams over the mux (msgpack): worker CPU per token")
+    tokens, reps = (128, 1) if quick else (512, 3)
+    for mode in ("follow", "steer"):
+        for memo in (False, True):
+            got = worker_cpu(mode, memo, 64, tokens, speedup, reps)
+            added = got["cons"] - got["base"]
+            kind = "memoized" if memo else "uncached"
+            print(
+                f"  {mode:<6} {kind:<8}: unconstrained {got['base']:5.1f} µs/token, constrained "
+                f"{got['cons']:5.1f} µs/token: added {added:+5.2f} µs/token = "
+                f"{added / got['base'] * 100:+5.1f} % of the unconstrained worker's "
+                f"({got['tokens_per_frame']:.2f} tokens/frame)"
+            )
+
+
+def e2e_part(quick: bool) -> None:
     print("\n3. end to end (in-process app, Chat, non-streamed): tool_choice required vs auto, same script")
-    for streams in (1, 64) if args.quick else (1, 64, 256):
-        auto, required = asyncio.run(end_to_end(streams, 64 if args.quick else 256))
+    for streams in (1, 64) if quick else (1, 64, 256):
+        auto, required = asyncio.run(end_to_end(streams, 64 if quick else 256))
         ratio = required / auto
         print(f"  {streams:4} streams: auto {auto:8.0f} tok/s, required {required:8.0f} tok/s, ×{ratio:4.2f}")
 

@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python bench/constrained.py            # full run (~1 min)
     PYTHONPATH=src python bench/constrained.py --quick    # smoke run
+    PYTHONPATH=src python bench/constrained.py --only sim --only worker   # the mask cost parts
 
 1. **Compile** (`constraints.engine.GrammarEngine.check`): per tool schema of a Claude-Code-shaped
    tool list and per hypothesis-generated schema, the grammar of a request forcing that tool (qwen3
@@ -17,6 +18,17 @@
    (`memoized`: the default; a prose request draws seeded choices, so its plan is its own). Then
    the steering alone (`constrained_plan` per request, memo off): µs per output token and vocabulary
    masks per request. Target: the added CPU ≤ 5 % of the sim's per-token CPU at 64 streams.
+2b. **Against a real worker's CPU**: a sim worker process as `agentserve worker --engine sim` runs
+   it (`WorkerConfig`, `worker.main.run`; a scenario whose every answer is the script), the timing
+   profile on (`--speedup 1`, the default: real time, ~1 token per frame as with a real engine),
+   64 concurrent streams from a `WorkerClient` over the mux (msgpack frames, one connection, as the
+   frontend talks to workers); the worker process's own CPU time (all threads, nanoseconds, from
+   /proc/<pid>/task/*/schedstat) per generated token, on twin worker processes serving an
+   unconstrained and a constrained batch at the same time (the machine's state moves one batch's
+   CPU by ±20 % here: both see the same), the roles swapped every batch, 8 pairs (2 with --quick):
+   the minima, the medians and the median of the paired differences, as a share of the
+   unconstrained worker's CPU per token. `follow` and `steer`, memo on and off (the
+   worker is started with `PLAN_CACHE` 0 for off). Only this part: `--only worker`.
 3. **End to end**: `agentserve up`'s app in process (frontend, router, 2 zero-time sim workers, via
    httpx's ASGI transport), N concurrent Chat requests, tokens/s with `tool_choice: required` vs
    `auto` on the same script, the ratio.
@@ -325,12 +337,18 @@ class WorkerProcess:
         raise RuntimeError("the worker did not become ready")
 
     def cpu(self) -> float:
-        """The worker process's CPU seconds (user + system, /proc/<pid>/stat)."""
+        """The worker process's CPU seconds, all its threads, to the nanosecond (the first field of
+        /proc/<pid>/task/*/schedstat; /proc/<pid>/stat counts 10 ms ticks, ~8 % of a batch)."""
         import os
 
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total = 0
+        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+        return total / 1e9
 
     def close(self) -> None:
         self.proc.terminate()
@@ -380,22 +398,47 @@ async def worker_batch(
 def worker_cpu(
     mode: str, memo: bool, streams: int, tokens: int, speedup: float, reps: int
 ) -> dict[str, float]:
-    """Worker CPU µs per generated token, unconstrained and constrained alternated on one worker
-    process (the minimum of `reps` batches each), and tokens per frame."""
-    worker = WorkerProcess(scripted(mode, tokens), speedup, memo)
-    best: dict[bool, float] = {}
+    """Worker CPU µs per generated token, unconstrained vs constrained, on twin worker processes
+    serving their batches at the same time (the machine's state, which moves the CPU of one batch
+    by ±20 % here, is the same for both), the roles swapped every batch (one process's own quirks
+    cancel): the minimum and the median of each, the median of the paired differences, and tokens
+    per frame."""
+    twins = (
+        WorkerProcess(scripted(mode, tokens), speedup, memo),
+        WorkerProcess(scripted(mode, tokens), speedup, memo),
+    )
+    runs: dict[bool, list[float]] = {False: [], True: []}
+    diffs: list[float] = []
     per_frame = 0.0
+
+    async def pair(rep: int) -> list[tuple[float, int, int]]:
+        plain, steered = twins if rep % 2 == 0 else twins[::-1]
+        return list(
+            await asyncio.gather(
+                worker_batch(plain, streams, tokens, False, f"{mode}-0-{rep}"),
+                worker_batch(steered, streams, tokens, True, f"{mode}-1-{rep}"),
+            )
+        )
+
     try:
         for rep in range(reps):
-            for constrained in (False, True):
-                cpu, got, frames = asyncio.run(
-                    worker_batch(worker, streams, tokens, constrained, f"{mode}-{int(constrained)}-{rep}")
-                )
-                best[constrained] = min(best.get(constrained, float("inf")), cpu * 1e6 / max(got, 1))
-                per_frame = got / max(frames, 1)
+            (cpu0, got0, _), (cpu1, got1, frames1) = asyncio.run(pair(rep))
+            base, cons = cpu0 * 1e6 / max(got0, 1), cpu1 * 1e6 / max(got1, 1)
+            runs[False].append(base)
+            runs[True].append(cons)
+            diffs.append(cons - base)
+            per_frame = got1 / max(frames1, 1)
     finally:
-        worker.close()
-    return {"base": best[False], "cons": best[True], "tokens_per_frame": per_frame}
+        for worker in twins:
+            worker.close()
+    return {
+        "base": min(runs[False]),
+        "cons": min(runs[True]),
+        "base_median": statistics.median(runs[False]),
+        "cons_median": statistics.median(runs[True]),
+        "paired": statistics.median(diffs),
+        "tokens_per_frame": per_frame,
+    }
 
 
 # -- 3. end to end ----------------------------------------------------------------------------------
@@ -534,17 +577,18 @@ def sim_part(quick: bool) -> None:
 def worker_part(quick: bool, speedup: float) -> None:
     timing = "the timing profile's real time" if speedup == 1 else f"time scale {speedup:g}"
     print(f"\n2b. a sim worker process ({timing}), 64 streams over the mux (msgpack): worker CPU per token")
-    tokens, reps = (128, 1) if quick else (512, 3)
+    tokens, reps = (128, 2) if quick else (512, 8)
     for mode in ("follow", "steer"):
         for memo in (False, True):
             got = worker_cpu(mode, memo, 64, tokens, speedup, reps)
             added = got["cons"] - got["base"]
             kind = "memoized" if memo else "uncached"
             print(
-                f"  {mode:<6} {kind:<8}: unconstrained {got['base']:5.1f} µs/token, constrained "
-                f"{got['cons']:5.1f} µs/token: added {added:+5.2f} µs/token = "
-                f"{added / got['base'] * 100:+5.1f} % of the unconstrained worker's "
-                f"({got['tokens_per_frame']:.2f} tokens/frame)"
+                f"  {mode:<6} {kind:<8}: unconstrained {got['base']:5.2f} µs/token (median "
+                f"{got['base_median']:5.2f}), constrained {got['cons']:5.2f} ({got['cons_median']:5.2f}): "
+                f"added, minima {added:+5.2f} µs/token = {added / got['base'] * 100:+5.1f} %, median of "
+                f"pairs {got['paired']:+5.2f} = {got['paired'] / got['base_median'] * 100:+5.1f} %; "
+                f"{got['tokens_per_frame']:.2f} tokens/frame"
             )
 
 

@@ -11,8 +11,10 @@
   allows them, else a token from the grammar's mask (see its docstring). It computes masks the way
   a production engine's fast paths let it: runs of scripted tokens are validated and consumed a
   chunk per call (`validate_tokens`, `consume_tokens`), what the grammar forces comes from its
-  forced tokens and bytes (`compute_ff_tokens`, `compute_ff_bytes`), and a full vocabulary mask is
-  computed only where the scripted token is refused and a replacement must be chosen from it.
+  forced tokens and bytes (`compute_ff_tokens`, `compute_ff_bytes`), and where the scripted token is
+  refused and a replacement must be chosen, its candidates are checked one by one
+  (`validate_tokens`); a full vocabulary mask is computed only when too many are asked or a random
+  draw needs it.
 """
 
 from __future__ import annotations

@@ -12,12 +12,13 @@
    the same output length, CPU per generated token with and without a constraint, same run:
    `follow` — the script obeys the grammar (tool_choice required, the script's own call: its tokens
    are validated and consumed in bulk, no mask is computed); `steer` — the script is prose and the
-   grammar forces a call (the call's syntax comes from llguidance's forced tokens and bytes, a mask
-   only where a token must be chosen, the prose goes on inside the thought or the argument); each
-   with the sim's memo of steered plans off (`uncached`: every request steered anew) and on
-   (`memoized`: the default; a prose request draws seeded choices, so its plan is its own). Then
-   the steering alone (`constrained_plan` per request, memo off): µs per output token and vocabulary
-   masks per request. Target: the added CPU ≤ 5 % of the sim's per-token CPU at 64 streams.
+   grammar forces a call (the call's syntax comes from llguidance's forced tokens and bytes, and
+   where a token must be chosen from a few candidates checked with `validate_tokens`, a mask only
+   when they do not decide; the prose goes on inside the argument); each with the sim's memo of
+   steered plans off (`uncached`: every request steered anew) and on (`memoized`: the default; a
+   prose request forced into a call draws no seeded choice, so all share one plan). Then the
+   steering alone (`constrained_plan` per request, memo off): µs per output token, vocabulary masks
+   and seeded draws per request. Target: the added CPU ≤ 5 % of the sim's per-token CPU at 64 streams.
 2b. **Against a real worker's CPU**: a sim worker process as `agentserve worker --engine sim` runs
    it (`WorkerConfig`, `worker.main.run`; a scenario whose every answer is the script), the timing
    profile on (`--speedup 1`, the default: real time, ~1 token per frame as with a real engine),

@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python bench/constrained.py            # full run (~1 min)
     PYTHONPATH=src python bench/constrained.py --quick    # smoke run
+    PYTHONPATH=src python bench/constrained.py --only sim --only worker   # the mask cost parts
 
 1. **Compile** (`constraints.engine.GrammarEngine.check`): per tool schema of a Claude-Code-shaped
    tool list and per hypothesis-generated schema, the grammar of a request forcing that tool (qwen3
@@ -11,12 +12,24 @@
    the same output length, CPU per generated token with and without a constraint, same run:
    `follow` — the script obeys the grammar (tool_choice required, the script's own call: its tokens
    are validated and consumed in bulk, no mask is computed); `steer` — the script is prose and the
-   grammar forces a call (the call's syntax comes from llguidance's forced tokens and bytes, a mask
-   only where a token must be chosen, the prose goes on inside the thought or the argument); each
-   with the sim's memo of steered plans off (`uncached`: every request steered anew) and on
-   (`memoized`: the default; a prose request draws seeded choices, so its plan is its own). Then
-   the steering alone (`constrained_plan` per request, memo off): µs per output token and vocabulary
-   masks per request. Target: the added CPU ≤ 5 % of the sim's per-token CPU at 64 streams.
+   grammar forces a call (the call's syntax comes from llguidance's forced tokens and bytes, and
+   where a token must be chosen from a few candidates checked with `validate_tokens`, a mask only
+   when they do not decide; the prose goes on inside the argument); each with the sim's memo of
+   steered plans off (`uncached`: every request steered anew) and on (`memoized`: the default; a
+   prose request forced into a call draws no seeded choice, so all share one plan). Then the
+   steering alone (`constrained_plan` per request, memo off): µs per output token, vocabulary masks
+   and seeded draws per request. Target: the added CPU ≤ 5 % of the sim's per-token CPU at 64 streams.
+2b. **Against a real worker's CPU**: a sim worker process as `agentserve worker --engine sim` runs
+   it (`WorkerConfig`, `worker.main.run`; a scenario whose every answer is the script), the timing
+   profile on (`--speedup 1`, the default: real time, ~1 token per frame as with a real engine),
+   64 concurrent streams from a `WorkerClient` over the mux (msgpack frames, one connection, as the
+   frontend talks to workers); the worker process's own CPU time (all threads, nanoseconds, from
+   /proc/<pid>/task/*/schedstat) per generated token, on twin worker processes serving an
+   unconstrained and a constrained batch at the same time (the machine's state moves one batch's
+   CPU by ±20 % here: both see the same), the roles swapped every batch, 8 pairs (2 with --quick):
+   the minima, the medians and the median of the paired differences, as a share of the
+   unconstrained worker's CPU per token. `follow` and `steer`, memo on and off (the
+   worker is started with `PLAN_CACHE` 0 for off). Only this part: `--only worker`.
 3. **End to end**: `agentserve up`'s app in process (frontend, router, 2 zero-time sim workers, via
    httpx's ASGI transport), N concurrent Chat requests, tokens/s with `tool_choice: required` vs
    `auto` on the same script, the ratio.
@@ -258,6 +271,177 @@ def steering_alone(mode: str, tokens: int, requests: int) -> tuple[float, float,
     return cpu * 1e6 / max(emitted, 1), masks / requests, draws / requests
 
 
+# -- 2b. a real sim worker process ------------------------------------------------------------------
+
+HOST = "127.0.0.1"
+
+
+def scripted(mode: str, tokens: int) -> str:
+    """The sim's script: the grammar's own call (`follow`) or prose where a call is required (`steer`)."""
+    arguments = {"command": " ".join(["word"] * (tokens // 2))}
+    call = f'<tool_call>\n{{"name": "Bash", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+    return call if mode == "follow" else " ".join(["word"] * tokens)
+
+
+def serve_worker(port: int, events_port: int, script: str, speedup: float, memo: bool) -> None:
+    """Subprocess mode: `agentserve worker --engine sim` (its config, its serve loop) on a scenario
+    whose every answer is `script`, with the memo of steered plans on or off."""
+    from agentserve.config import WorkerConfig
+    from agentserve.worker import constrained as steering
+    from agentserve.worker.main import run
+
+    steering.PLAN_CACHE = steering.PLAN_CACHE if memo else 0
+    config = WorkerConfig(
+        host=HOST, port=port, kv_events_port=events_port, sim_script=script, sim_speedup=speedup,
+        drain_delay_s=0,
+    )  # fmt: skip
+    run(config)
+
+
+class WorkerProcess:
+    """A sim worker process on free ports, ready."""
+
+    def __init__(self, script: str, speedup: float, memo: bool) -> None:
+        import os
+        import socket
+        import subprocess
+        import tempfile
+
+        ports = []
+        for _ in range(2):
+            with socket.socket() as sock:
+                sock.bind((HOST, 0))
+                ports.append(sock.getsockname()[1])
+        self.url = f"http://{HOST}:{ports[0]}"
+        path = Path(tempfile.mkdtemp()) / "script.json"
+        path.write_text(json.dumps({"rules": [], "default": script}))
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        argv = [sys.executable, __file__, "--serve-worker", f"{ports[0]},{ports[1]}", "--script", str(path),
+                "--speedup", str(speedup), "--memo", "on" if memo else "off"]  # fmt: skip
+        self.proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
+        self._wait_ready()
+
+    def _wait_ready(self, limit_s: float = 60) -> None:
+        import urllib.request
+
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < limit_s:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the worker exited")
+            try:
+                with urllib.request.urlopen(self.url + "/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("the worker did not become ready")
+
+    def cpu(self) -> float:
+        """The worker process's CPU seconds, all its threads, to the nanosecond (the first field of
+        /proc/<pid>/task/*/schedstat; /proc/<pid>/stat counts 10 ms ticks, ~8 % of a batch)."""
+        import os
+
+        total = 0
+        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+        return total / 1e9
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+async def worker_batch(
+    worker: WorkerProcess, streams: int, tokens: int, constrained: bool, tag: str
+) -> tuple[float, int, int]:
+    """The worker's CPU seconds, tokens and frames for N concurrent streams over the mux (msgpack
+    frames, one connection, as the frontend's `WorkerClient`)."""
+    from agentserve.constraints.spec import Constraint
+    from agentserve.worker.client import WorkerClient
+    from agentserve.worker.engine import GenerateRequest, SamplingParams
+
+    constraint = None
+    if constrained:
+        assert FAMILY.grammar is not None
+        markers = Markers(GrammarEngine(TOKENIZER.to_json()).specials(FAMILY.grammar.marker_strings))
+        tools = (ToolSpec("Bash", "", AGENT_TOOLS["Bash"]),)
+        built = build(
+            GenerationOptions("m", tool_choice=ToolChoice("required")), tools, FAMILY.grammar, markers,
+            family="qwen3",
+        )  # fmt: skip
+        assert built is not None
+        constraint = Constraint(built.grammar, built.json_schema)
+    sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
+    prompts = [[1000 + (i * 7919 + j) % 4000 for j in range(64 + i)] for i in range(streams)]
+
+    async with WorkerClient(worker.url, framing="msgpack", transport="mux") as client:
+
+        async def one(i: int, prompt: list[int]) -> tuple[int, int]:
+            request = GenerateRequest(f"{tag}-{i}", prompt, sampling, constraint=constraint)
+            got = frames = 0
+            async for step in await client.generate(request):
+                got += len(step.token_ids)
+                frames += 1
+            return got, frames
+
+        await one(-1, [999] * 32)  # the connection, and the grammar compiled, before the clock
+        c0 = worker.cpu()
+        done = await asyncio.gather(*(one(i, prompts[i]) for i in range(streams)))
+        cpu = worker.cpu() - c0
+    return cpu, sum(d[0] for d in done), sum(d[1] for d in done)
+
+
+def worker_cpu(
+    mode: str, memo: bool, streams: int, tokens: int, speedup: float, reps: int
+) -> dict[str, float]:
+    """Worker CPU µs per generated token, unconstrained vs constrained, on twin worker processes
+    serving their batches at the same time (the machine's state, which moves the CPU of one batch
+    by ±20 % here, is the same for both), the roles swapped every batch (one process's own quirks
+    cancel): the minimum and the median of each, the median of the paired differences, and tokens
+    per frame."""
+    twins = (
+        WorkerProcess(scripted(mode, tokens), speedup, memo),
+        WorkerProcess(scripted(mode, tokens), speedup, memo),
+    )
+    runs: dict[bool, list[float]] = {False: [], True: []}
+    diffs: list[float] = []
+    per_frame = 0.0
+
+    async def pair(rep: int) -> list[tuple[float, int, int]]:
+        plain, steered = twins if rep % 2 == 0 else twins[::-1]
+        return list(
+            await asyncio.gather(
+                worker_batch(plain, streams, tokens, False, f"{mode}-0-{rep}"),
+                worker_batch(steered, streams, tokens, True, f"{mode}-1-{rep}"),
+            )
+        )
+
+    try:
+        for rep in range(reps):
+            (cpu0, got0, _), (cpu1, got1, frames1) = asyncio.run(pair(rep))
+            base, cons = cpu0 * 1e6 / max(got0, 1), cpu1 * 1e6 / max(got1, 1)
+            runs[False].append(base)
+            runs[True].append(cons)
+            diffs.append(cons - base)
+            per_frame = got1 / max(frames1, 1)
+    finally:
+        for worker in twins:
+            worker.close()
+    return {
+        "base": min(runs[False]),
+        "cons": min(runs[True]),
+        "base_median": statistics.median(runs[False]),
+        "cons_median": statistics.median(runs[True]),
+        "paired": statistics.median(diffs),
+        "tokens_per_frame": per_frame,
+    }
+
+
 # -- 3. end to end ----------------------------------------------------------------------------------
 
 
@@ -309,8 +493,39 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--only",
+        choices=["compile", "sim", "worker", "e2e"],
+        action="append",
+        help="run only these parts (repeatable)",
+    )
+    parser.add_argument(
+        "--speedup",
+        type=float,
+        default=1.0,
+        help="the worker measurement's sim time scale (1: the timing profile's real time)",
+    )
+    parser.add_argument("--serve-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--script", help=argparse.SUPPRESS)
+    parser.add_argument("--memo", choices=["on", "off"], default="on", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    generated = 60 if args.quick else 300
+    if args.serve_worker:
+        port, events = (int(p) for p in args.serve_worker.split(","))
+        serve_worker(port, events, args.script, args.speedup, args.memo == "on")
+        return
+    parts = set(args.only or ["compile", "sim", "worker", "e2e"])
+    if "compile" in parts:
+        compile_part(args.quick)
+    if "sim" in parts:
+        sim_part(args.quick)
+    if "worker" in parts:
+        worker_part(args.quick, args.speedup)
+    if "e2e" in parts:
+        e2e_part(args.quick)
+
+
+def compile_part(quick: bool) -> None:
+    generated = 60 if quick else 300
 
     print("1. compile time per schema (a request forcing that tool, qwen3 syntax, llguidance)")
     compile_times("coding-agent tools", list(AGENT_TOOLS.items()))
@@ -333,12 +548,14 @@ def main() -> None:
     cold_ms, cached_us = (t1 - t0) * 1000, (t2 - t1) * 1e6
     print(f"  all {len(everything)} tools strict, required: cold {cold_ms:.1f} ms, cached {cached_us:.1f} µs")
 
+
+def sim_part(quick: bool) -> None:
     print("\n2. sim worker CPU per generated token (zero-time sim), constrained vs not, same run")
-    tokens = 128 if args.quick else 512
+    tokens = 128 if quick else 512
     for mode in ("follow", "steer"):
         for memo in (False, True):
             for streams in (1, 64, 256):
-                if args.quick and streams == 256:
+                if quick and streams == 256:
                     continue
                 base, n0 = asyncio.run(sim_cpu(streams, tokens, mode, False, memo))
                 cons, n1 = asyncio.run(sim_cpu(streams, tokens, mode, True, memo))
@@ -357,9 +574,29 @@ def main() -> None:
             f"µs/token, {masks:4.1f} masks and {draws:3.1f} seeded draws per request"
         )
 
+
+def worker_part(quick: bool, speedup: float) -> None:
+    timing = "the timing profile's real time" if speedup == 1 else f"time scale {speedup:g}"
+    print(f"\n2b. a sim worker process ({timing}), 64 streams over the mux (msgpack): worker CPU per token")
+    tokens, reps = (128, 2) if quick else (512, 8)
+    for mode in ("follow", "steer"):
+        for memo in (False, True):
+            got = worker_cpu(mode, memo, 64, tokens, speedup, reps)
+            added = got["cons"] - got["base"]
+            kind = "memoized" if memo else "uncached"
+            print(
+                f"  {mode:<6} {kind:<8}: unconstrained {got['base']:5.2f} µs/token (median "
+                f"{got['base_median']:5.2f}), constrained {got['cons']:5.2f} ({got['cons_median']:5.2f}): "
+                f"added, minima {added:+5.2f} µs/token = {added / got['base'] * 100:+5.1f} %, median of "
+                f"pairs {got['paired']:+5.2f} = {got['paired'] / got['base_median'] * 100:+5.1f} %; "
+                f"{got['tokens_per_frame']:.2f} tokens/frame"
+            )
+
+
+def e2e_part(quick: bool) -> None:
     print("\n3. end to end (in-process app, Chat, non-streamed): tool_choice required vs auto, same script")
-    for streams in (1, 64) if args.quick else (1, 64, 256):
-        auto, required = asyncio.run(end_to_end(streams, 64 if args.quick else 256))
+    for streams in (1, 64) if quick else (1, 64, 256):
+        auto, required = asyncio.run(end_to_end(streams, 64 if quick else 256))
         ratio = required / auto
         print(f"  {streams:4} streams: auto {auto:8.0f} tok/s, required {required:8.0f} tok/s, ×{ratio:4.2f}")
 

@@ -11,8 +11,10 @@
   allows them, else a token from the grammar's mask (see its docstring). It computes masks the way
   a production engine's fast paths let it: runs of scripted tokens are validated and consumed a
   chunk per call (`validate_tokens`, `consume_tokens`), what the grammar forces comes from its
-  forced tokens and bytes (`compute_ff_tokens`, `compute_ff_bytes`), and a full vocabulary mask is
-  computed only where the scripted token is refused and a replacement must be chosen from it.
+  forced tokens and bytes (`compute_ff_tokens`, `compute_ff_bytes`), and where the scripted token is
+  refused and a replacement must be chosen, its candidates are checked one by one
+  (`validate_tokens`); a full vocabulary mask is computed only when too many are asked or a random
+  draw needs it.
 """
 
 from __future__ import annotations
@@ -34,15 +36,25 @@ RESYNC_WINDOW = 256  # scripted tokens looked ahead for one the grammar allows a
 REPEATS = 8  # a preferred token chosen this many times in a row is in free text: write a closer
 RESCAN_AFTER = 16  # tokens emitted before the script is searched again after a search found nothing
 NARROW = 512  # a mask with at most this many bytes set: a random choice enumerates its tokens
+# Candidate tokens checked one by one (`validate_tokens`, ~0.4 µs each) at a step where a token must
+# be chosen, before the vocabulary mask is computed instead (~5–60 µs here, more over a 150k vocab).
+PROBES = 24
 # Preferred when the script gives no allowed token: closing markers (`</tool_call>`, `<|end|>`),
 # then what closes strings, objects and arrays, so a forced answer completes in few tokens
 # (any allowed token is valid; these are merely short). Whitespace is never preferred: JSON allows
 # it without end.
 _CLOSERS = ('"', "}", "]", ",", "0", "1")
 _FILLERS = ("null", ":")
+# Where no preferred token is allowed, before a seeded random draw: what opens the structure the
+# grammar expects (a JSON object or array; the grammar's own opening markers such as `<tool_call>`,
+# `GrammarEngine.openers`), so a forced call or value is written the same way whatever the seed and
+# the plan stays shareable (a draw keys it by the seed).
+_OPENERS = ("{", "[")
+_REASONING = re.compile(r"^reasoning: (\S+) thought", re.MULTILINE)  # `constraints.build`'s rule
 
 
 _STOP = re.compile(r'\[stop="((?:[^"\\]|\\.)*)"\]')
+_TOKEN_REF = re.compile(r"<\[([^\]]*)\]>")  # a token by id in llguidance's Lark: `<[151645]>`
 _SET_BYTE = re.compile(rb"[^\x00]")  # a mask byte with an allowed token: found at C speed
 
 
@@ -62,6 +74,16 @@ class Steered:
     masks: int = 0  # full vocabulary masks computed (the benchmark and tests count them)
 
 
+@dataclass(frozen=True, slots=True)
+class _Aids:
+    """One grammar's steering aids (`GrammarEngine._aids`)."""
+
+    preferred: tuple[int, ...]  # the preferred tokens the grammar can allow (`referenced`)
+    text_closers: tuple[tuple[int, ...], ...]
+    bulk: bool
+    openers: tuple[int, ...]
+
+
 class GrammarEngine:
     """llguidance over one tokenizer (`tokenizer_json`: a HF tokenizer.json's text; None: bytes)."""
 
@@ -74,7 +96,9 @@ class GrammarEngine:
         self._closing: dict[tuple[int, ...], frozenset[int]] = {}
         self._prefixes: dict[int, tuple[int, ...]] = {}
         self._blank: frozenset[int] | None = None
+        self._special: tuple[tuple[int, str], ...] | None = None
         self._spelt: dict[int, bytes] = {}
+        self._steering: OrderedDict[tuple[str, tuple[int, ...]], _Aids] = OrderedDict()
         self._lock = threading.Lock()
         self.compiles = 0  # grammars compiled (cache misses), for tests and the benchmark
 
@@ -152,6 +176,14 @@ class GrammarEngine:
             self._preferred[eos] = hit
         return hit
 
+    def special_tokens(self) -> tuple[tuple[int, str], ...]:
+        """The tokenizer's special tokens with their text (scanned once)."""
+        if self._special is None:
+            tok = self.tokenizer()
+            ids = [t for t in range(tok.vocab_size) if tok.is_special_token(t)]
+            self._special = tuple((t, tok.decode_str([t])) for t in ids)
+        return self._special
+
     def blank(self) -> frozenset[int]:
         """The tokens that spell whitespace alone (a random choice avoids them: `_any_allowed`)."""
         if self._blank is None:
@@ -216,21 +248,80 @@ class GrammarEngine:
     ) -> Steered:
         """`steer` under `grammar` (the source of `matcher`) with all this tokenizer's aids: what
         the sim emits."""
+        aids = self._aids(grammar, eos)
         return steer(
             matcher,
             script,
             max_tokens=max_tokens,
             rng=rng,
-            preferred=self.preferred(eos),
+            preferred=aids.preferred,
             closing=self.closing(eos),
             stop_ids=stop_ids,
             prefixes=self.prefixes,
-            text_closers=self.text_closers(grammar),
+            text_closers=aids.text_closers,
             blank=self.blank(),
             tokenize=self.tokenizer(eos).tokenize_bytes,
             spell=self.spell,
-            bulk=bulk_safe(grammar),
+            bulk=aids.bulk,
+            openers=aids.openers,
         )
+
+    def _aids(self, grammar: str, eos: tuple[int, ...]) -> _Aids:
+        """What `steer` needs from the grammar's source, read once per (grammar, eos): scanning a
+        grammar of kilobytes per request cost more than the steering it informs."""
+        key = (grammar, eos)
+        hit = self._steering.get(key)
+        if hit is None:
+            hit = _Aids(
+                self.referenced(grammar, eos),
+                self.text_closers(grammar),
+                bulk_safe(grammar),
+                self.openers(grammar, eos),
+            )
+            with self._lock:
+                self._steering[key] = hit
+                while len(self._steering) > self.cache_size:
+                    self._steering.popitem(last=False)
+        return hit
+
+    def openers(self, grammar: str, eos: tuple[int, ...]) -> tuple[int, ...]:
+        """What a step takes before a random draw (`_OPENERS`): `{`, `[`, then the special tokens
+        `grammar` names that open a block (neither closing nor end-of-turn), in the order the
+        grammar names them, less the reasoning block's opener (`reasoning: <think> thought …`):
+        a forced call is written at once rather than after a thought."""
+        tok = self.tokenizer(eos)
+        named: list[tuple[int, int]] = []
+        reasoning = set(_REASONING.findall(grammar))
+        closing = self.closing(eos)
+        for token, text in self.special_tokens():
+            if token in eos or token in closing:
+                continue
+            names = [text, f"<[{token}]>"] if text.startswith("<") else [f"<[{token}]>"]
+            at = min((k for k in (grammar.find(name) for name in names) if k >= 0), default=-1)
+            if at >= 0 and not reasoning.intersection(names):
+                named.append((at, token))
+        ids = [found[0] for found in map(tok.tokenize_str, _OPENERS) if len(found) == 1]
+        return tuple(dict.fromkeys([*ids, *(token for _, token in sorted(named))]))
+
+    def referenced(self, grammar: str, eos: tuple[int, ...]) -> tuple[int, ...]:
+        """`preferred(eos)` without the special tokens `grammar` cannot allow anywhere. llguidance
+        allows a special token only where the grammar names it (`<name>`, `<[id]>`; never inside a
+        string, a regex or JSON), so the others need no check at a step (each costs a
+        `validate_tokens`); an id range or any other `<[…]>` form keeps them all. The end-of-turn
+        ids too: a step is taken only where the grammar does not accept, where llguidance allows
+        them only if the grammar names them."""
+        preferred = self.preferred(eos)
+        refs = _TOKEN_REF.findall(grammar)
+        if not all(ref.isdigit() for ref in refs):
+            return preferred
+        ids = {int(ref) for ref in refs}
+        tok = self.tokenizer(eos)
+
+        def named(token: int) -> bool:  # `<tool_call>` by name, `[/INST]` only by id
+            text = tok.decode_str([token])
+            return token in ids or (text.startswith("<") and text in grammar)
+
+        return tuple(t for t in preferred if not tok.is_special_token(t) or named(t))
 
     def closing(self, eos: tuple[int, ...]) -> frozenset[int]:
         """The special tokens that close a block (`</think>`, `</tool_call>`): when the sim has to
@@ -314,6 +405,56 @@ def _allowed(mask: bytes, token: int) -> bool:
     return byte < len(mask) and (mask[byte] >> (token & 7)) & 1 == 1
 
 
+class _Probe:
+    """Which tokens the grammar allows at one step, asked token by token: the first `budget`
+    questions are answered by `validate_tokens` (the same verdict as the mask's bit), the rest from
+    the vocabulary mask, computed once when the budget is spent or a random choice needs it. Most
+    steps are decided by a handful of candidates (the script's next token, a closer), so most cost
+    no mask."""
+
+    __slots__ = ("_left", "_matcher", "computed")
+
+    def __init__(self, matcher: LLMatcher, budget: int) -> None:
+        self._matcher = matcher
+        self._left = budget
+        self.computed: bytes | None = None  # the mask, once computed
+
+    def allowed(self, token: int) -> bool:
+        mask = self.computed
+        if mask is None:
+            if self._left:
+                self._left -= 1
+                return self._matcher.validate_tokens([token]) == 1
+            mask = self.computed = self._matcher.compute_bitmask()
+        byte = token >> 3
+        return byte < len(mask) and (mask[byte] >> (token & 7)) & 1 == 1
+
+    def first(self, tokens: Iterable[int]) -> int | None:
+        """The first allowed token of `tokens` (ids ≥ 0), in their order."""
+        rest = iter(tokens)
+        if self.computed is None:
+            validate = self._matcher.validate_tokens
+            for token in rest:
+                if not self._left:
+                    if _allowed(self.mask(), token):
+                        return token
+                    break
+                self._left -= 1
+                if validate([token]) == 1:
+                    return token
+            else:
+                return None
+        mask = self.mask()
+        size = len(mask)
+        # `_allowed` inlined: this runs over the rest of the candidates (tens of them) at C speed
+        return next((t for t in rest if t >> 3 < size and (mask[t >> 3] >> (t & 7)) & 1), None)
+
+    def mask(self) -> bytes:
+        if self.computed is None:
+            self.computed = self._matcher.compute_bitmask()
+        return self.computed
+
+
 def _any_allowed(
     mask: bytes, rng: random.Random, blank: Container[int] = frozenset()
 ) -> tuple[int | None, bool]:
@@ -342,14 +483,14 @@ def _any_allowed(
     return byte * 8 + bits[rng.randrange(len(bits))], True
 
 
-def _resync(mask: bytes, script: Sequence[int], i: int) -> tuple[int | None, int]:
+def _resync(probe: _Probe, script: Sequence[int], i: int) -> tuple[int | None, int]:
     """The script's next allowed token after position i (within `RESYNC_WINDOW`) and the position
     after it; (None, i) when there is none. Each distinct token is looked up once, in the order of
     first occurrence (`_window`): prose repeats its tokens."""
-    for token in _window(script, i):
-        if _allowed(mask, token):
-            return token, script.index(token, i + 1) + 1
-    return None, i
+    token = probe.first(_window(script, i))
+    if token is None:
+        return None, i
+    return token, script.index(token, i + 1) + 1
 
 
 def _window(script: Sequence[int], i: int) -> Iterable[int]:
@@ -385,27 +526,45 @@ def bulk_safe(grammar: str) -> bool:
     return "max_tokens" not in grammar
 
 
-def _follow(matcher: LLMatcher, script: Sequence[int], i: int, room: int, bulk: bool) -> int:
+def _follow(
+    matcher: LLMatcher, script: Sequence[int], i: int, room: int, bulk: bool
+) -> tuple[int, LLMatcher]:
     """Consume the longest allowed run of `script` from position i (at most `room` tokens); how many
-    tokens that is, no mask. In growing chunks (8, 32, 128, …): after a refusal the next token is
-    usually refused too, and handing llguidance the whole rest each time cost more than its check.
-    `bulk` (a grammar without token limits, `bulk_safe`): each chunk is one `validate_tokens` (no
-    state change) then one `consume_tokens`, the same tokens as `try_consume_tokens` for ~25 % less
-    CPU."""
+    tokens that is, no mask, and the matcher to go on with. In growing chunks (8, 32, 128, …): after
+    a refusal the next token is usually refused too, and handing llguidance the whole rest each time
+    cost more than its check. `bulk` (a grammar without token limits, `bulk_safe`): the first chunk
+    is one `validate_tokens` (no state change) then one `consume_tokens`, the same tokens as
+    `try_consume_tokens` for ~25 % less CPU; once a chunk went through whole, the next is consumed
+    at once (`consume_tokens` checks each token itself: the validation was a second pass over
+    them) on a matcher whose copy (`deep_copy`, ~2 µs) is kept in case it is refused, the copy then
+    going on as above (a refused `consume_tokens` leaves its matcher in error)."""
     taken, size, end = 0, 8, min(len(script), i + room)
     while i + taken < end:
         run = list(script[i + taken : min(end, i + taken + size)])
-        if bulk:
-            n = matcher.validate_tokens(run)
-            if n and not matcher.consume_tokens(run[:n]):
-                raise RuntimeError(f"llguidance refused tokens it had validated: {matcher.get_error()}")
+        if bulk and taken:
+            backup = matcher.deep_copy()
+            if matcher.consume_tokens(run):
+                n = len(run)
+            else:
+                matcher = backup
+                n = _validated(matcher, run)
+        elif bulk:
+            n = _validated(matcher, run)
         else:
             n = matcher.try_consume_tokens(run)
         taken += n
         if n < len(run):
             break
         size *= 4
-    return taken
+    return taken, matcher
+
+
+def _validated(matcher: LLMatcher, run: list[int]) -> int:
+    """Consume the allowed prefix of `run`, checked first by `validate_tokens`; its length."""
+    n = matcher.validate_tokens(run)
+    if n and not matcher.consume_tokens(run[:n]):
+        raise RuntimeError(f"llguidance refused tokens it had validated: {matcher.get_error()}")
+    return n
 
 
 def _after_closer(script: Sequence[int], i: int, forced: Sequence[int], closing: frozenset[int]) -> int:
@@ -433,6 +592,7 @@ def steer(
     stop_ids: Sequence[int] = (),
     prefixes: Callable[[int], Sequence[int]] | None = None,
     text_closers: Sequence[Sequence[int]] = (),
+    openers: Sequence[int] = (),
     blank: Container[int] = frozenset(),
     tokenize: Callable[[bytes], list[int]] | None = None,
     spell: Callable[[int], bytes] | None = None,
@@ -444,16 +604,18 @@ def steer(
     bytes), else those bytes as `tokenize` spells them), else the longest allowed
     token spelling a prefix of the scripted one (`prefixes`: `")` of a `"),` whose comma is
     forbidden), else the script's next allowed token within `RESYNC_WINDOW` (a forced call skips
-    the prose before it), else a preferred allowed token (`preferred`), else a seeded random
-    allowed token (not a `blank` one where another is allowed). A chosen token in `closing` (a
+    the prose before it), else a preferred allowed token (`preferred`), else an opener (`openers`:
+    `{`, `[`, the grammar's own opening markers), else a seeded random allowed token (not a `blank`
+    one where another is allowed). A chosen token in `closing` (a
     block closed early, as a spent thinking budget closes `</think>`) resumes the script after the
     script's own copy of it. Where a preferred token keeps being chosen (free text allows `"`
     forever), one of `text_closers` (the grammar's `stop` strings, such as `</parameter>`,
     tokenized) is written instead.
     Every emitted token passed the matcher: the output never holds a token the grammar forbids.
     Cost: where the script is allowed its tokens are consumed a chunk per call (validated in bulk
-    where `bulk`: `_follow`), forced text costs no mask, and a vocabulary mask is computed only
-    where a replacement must be chosen (`Steered.masks` counts them)."""
+    where `bulk`: `_follow`), forced text costs no mask, a step's candidates are checked one by one
+    (`_Probe`: `validate_tokens`, the mask's verdict) and a vocabulary mask is computed only where
+    more than `PROBES` of them are asked or a random draw needs it (`Steered.masks` counts them)."""
     out: list[int] = []
     copied: list[tuple[int, int, int]] = []
 
@@ -473,7 +635,7 @@ def steer(
     while len(out) < max_tokens and not matcher.is_stopped() and not matcher.is_error():
         room = max_tokens - len(out)
         if i < n:
-            taken = _follow(matcher, script, i, room, bulk)
+            taken, matcher = _follow(matcher, script, i, room, bulk)
             if taken:
                 copy(i, taken)
                 out.extend(script[i : i + taken])
@@ -482,20 +644,24 @@ def steer(
         if matcher.is_accepting():
             if stops and i < n and script[i] in stops:
                 break  # the script ends its turn with a stop token the grammar did not take
-            if stop_ids and matcher.consume_token(stop_ids[0]):
+            # validated, not consumed: the grammar accepts here, so its end-of-turn token is allowed
+            # (consuming it would cost ~30 µs, a tenth of a whole request's steering)
+            if stop_ids and matcher.validate_tokens([stop_ids[0]]):
                 out.append(stop_ids[0])
             break
         if not pending:
-            forced = matcher.compute_ff_tokens()  # what the grammar allows alone: no mask needed
-            if not forced and tokenize is not None and spell is not None:
-                raw = matcher.compute_ff_bytes()
-                if raw:
-                    # the script's own copy of the forced text first (it goes on after it)
-                    at = _spelled(matcher, script, i, raw, spell) if len(out) >= next_scan else None
-                    if at is not None:
-                        i = at
-                        continue
-                    forced = _forced_text(matcher, raw, tokenize)
+            # What the grammar allows alone: no mask needed. Its forced tokens spell forced bytes (a
+            # forced special token too), so where no byte is forced (most steps: whitespace is
+            # allowed) the tokens are not asked for.
+            raw = matcher.compute_ff_bytes()
+            forced = matcher.compute_ff_tokens() if raw else []
+            if raw and not forced and tokenize is not None and spell is not None:
+                # the script's own copy of the forced text first (it goes on after it)
+                at = _spelled(matcher, script, i, raw, spell) if len(out) >= next_scan else None
+                if at is not None:
+                    i = at
+                    continue
+                forced = _forced_text(matcher, raw, tokenize)
             if forced:
                 forced = forced[:room]
                 if not matcher.consume_tokens(forced):
@@ -504,44 +670,46 @@ def steer(
                 diverged += len(forced)
                 i = _after_closer(script, i, forced, closing)
                 continue
-        mask = matcher.compute_bitmask()
-        masks += 1
+        probe = _Probe(matcher, PROBES)
         chosen: int | None = None
         source = -1  # the script position of the chosen token, if it is the script's
-        if pending and _allowed(mask, pending[0]):
+        if pending and probe.allowed(pending[0]):
             chosen = pending.pop(0)
         else:
             pending.clear()
         if chosen is None and i < n and prefixes is not None:  # the allowed part of a token that overshoots
-            chosen = next((t for t in prefixes(script[i]) if _allowed(mask, t)), None)
+            shorter = prefixes(script[i])
+            # a token is allowed only if its bytes are, so the shortest prefix refused refuses them all
+            if shorter and probe.allowed(shorter[-1]):
+                chosen = next((t for t in shorter if probe.allowed(t)), None)
             if chosen is not None:
                 i += 1
         if chosen is None and len(out) >= next_scan:
-            chosen, i = _resync(mask, script, i)
+            chosen, i = _resync(probe, script, i)
             if chosen is None:
                 next_scan = len(out) + RESCAN_AFTER  # the script is far off: look again later
             else:
                 source = i - 1
         if chosen is None:
-            # `_allowed` inlined: this runs at every mask over ~40 tokens (ids ≥ 0, filtered above)
-            size = len(mask)
-            chosen = next((t for t in wanted if t >> 3 < size and (mask[t >> 3] >> (t & 7)) & 1), None)
-            if chosen is not None and len(out) >= REPEATS and all(t == chosen for t in out[-REPEATS:]):
+            chosen = probe.first(wanted)
+            repeated = chosen is not None and len(out) >= REPEATS and all(t == chosen for t in out[-REPEATS:])
+            if repeated:
                 chosen = None  # free text takes the preferred token forever: close it instead
             if chosen is None:
-                closer = next((c for c in text_closers if c and _allowed(mask, c[0])), None)
+                closer = next((c for c in text_closers if c and probe.allowed(c[0])), None)
                 if closer is not None:
                     chosen, pending = closer[0], list(closer[1:])
+            if chosen is None and not repeated:
+                chosen = probe.first(openers)
             if chosen is None:
-                chosen, seeded = _any_allowed(mask, rng, blank)
+                chosen, seeded = _any_allowed(probe.mask(), rng, blank)
                 drawn += seeded
-            if chosen is None:
-                break
-            if chosen in closing and chosen in script[i:]:
+            if chosen is not None and chosen in closing and chosen in script[i:]:
                 i = script.index(chosen, i) + 1  # a block closed early: the script goes on after it
-            elif i < n:
+            elif chosen is not None and i < n:
                 i += 1  # the forbidden scripted token is replaced by the chosen one
-        if not matcher.consume_token(chosen):
+        masks += probe.computed is not None
+        if chosen is None or not matcher.consume_token(chosen):
             break
         if source >= 0:
             copy(source, 1)

@@ -148,28 +148,66 @@ def vocab_size(tokenizer: Tokenizer) -> int:
 
 
 def _pieces(
-    tokenizer: Tokenizer, ids: list[int], copied: Sequence[tuple[int, int, int]], pieces: Sequence[str]
+    tokenizer: Tokenizer,
+    ids: list[int],
+    copied: Sequence[tuple[int, int, int]],
+    pieces: Sequence[str],
+    fast: bool = True,
 ) -> list[str]:
     """The streamed pieces of `ids`: the script's own (`pieces`) for each run copied from the script
     (`copied`: output position, script position, length), fresh ones for the tokens between, kept
     only where they join to the decoded output (else all cut afresh). Cutting pieces costs ~2.5 µs
-    a token, more than steering it: only the grammar's tokens are cut anew."""
+    a token, more than steering it: only the grammar's tokens are cut anew, and those first as each
+    token's own text (`_alone`, cached: `"`, `}`, `<tool_call>`), the cut only where one does not
+    decode alone or the result does not join to the output."""
     out: list[str] = []
     k = 0
+
+    def cut(segment: list[int]) -> list[str]:
+        alone = _alone(tokenizer, segment) if fast else None
+        return alone if alone is not None else token_pieces(tokenizer, segment, PIECE_WINDOW)
+
     for at, start, length in copied:
         if start + length > len(pieces):
             break  # the script's pieces stop short (never, as the sim cuts them): cut the rest
         if at > k:
-            out += token_pieces(tokenizer, ids[k:at], PIECE_WINDOW)
+            out += cut(ids[k:at])
         out += pieces[start : start + length]
         k = at + length
     if k < len(ids):
-        out += token_pieces(tokenizer, ids[k:], PIECE_WINDOW)
+        out += cut(ids[k:])
     text = tokenizer.decode(ids)
     joined = "".join(out)
     if text == joined:
         return out
+    if fast:  # a token's text depends on its neighbours here: cut them
+        return _pieces(tokenizer, ids, copied, pieces, fast=False)
     if out and text.startswith(joined):  # the script held text for tokens past the cut
         out[-1] += text[len(joined) :]
         return out
     return token_pieces(tokenizer, ids, PIECE_WINDOW)
+
+
+_ALONE: weakref.WeakKeyDictionary[Tokenizer, dict[int, str | None]] = weakref.WeakKeyDictionary()
+_ALONE_SIZE = 1 << 16
+
+
+def _alone(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str] | None:
+    """Each token's text decoded alone, or None where one has none of its own (a part of a UTF-8
+    character, nothing). Whether they join in context is `_pieces`' check."""
+    known = _ALONE.get(tokenizer)
+    if known is None:
+        known = _ALONE[tokenizer] = {}
+    out: list[str] = []
+    for token in ids:
+        if token in known:
+            piece = known[token]
+        else:
+            text = tokenizer.decode([token])
+            piece = text if text and "\ufffd" not in text else None
+            if len(known) < _ALONE_SIZE:
+                known[token] = piece
+        if piece is None:
+            return None
+        out.append(piece)
+    return out

@@ -146,3 +146,43 @@ def test_streamed_pieces_reuse_the_script_and_join_to_the_output(script: str) ->
     note = json.loads(script[script.index("{") :])["note"]
     assert value["note"] == note
     assert any(p and p in note and p in pieces for p in plan.pieces)
+
+
+def test_a_forced_call_is_written_the_same_whatever_the_seed() -> None:
+    """Prose where a call is required: the call is opened with the grammar's own opener and `{`
+    (`_OPENERS`) rather than a seeded draw, so every seed gives the same plan (the memo shares it),
+    and its steps are decided by a few candidates checked with `validate_tokens`, without a mask."""
+    prose = " ".join(["word"] * 200)
+    source = grammar(GenerationOptions("m", tool_choice=ToolChoice("required")), (BASH,))
+    runs = [sim_steer(source, prose, seed) for seed in range(4)]
+    assert len({tuple(r.token_ids) for r in runs}) == 1
+    assert all(r.random_choices == 0 and r.masks <= 1 and r.complete for r in runs)
+    assert TOKENIZER.decode(runs[0].token_ids).startswith("<tool_call>{")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        GenerationOptions("m", tool_choice=ToolChoice("required")),
+        GenerationOptions("m", tool_choice=ToolChoice("named", "Read")),
+        GenerationOptions("m", reasoning=ReasoningOptions("enabled", budget_tokens=20)),
+    ],
+)
+def test_candidates_choose_what_the_mask_would(
+    options: GenerationOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's candidates checked one by one (`validate_tokens`) give the same output as the same
+    candidates read from a full vocabulary mask at every step (`PROBES` 0)."""
+    from agentserve.constraints import engine
+
+    source = grammar(options)
+    scripts = [
+        "Sure, " + " ".join(["word"] * 60),
+        'Here: {"a": "wrong", "b": [1, 2, 3]} done',
+        "<think>\n" + " ".join(["ponder"] * 40) + "\n</think>\n\n" + call("Bash", {"command": "ls"}),
+    ]
+    probed = [sim_steer(source, script, seed) for script in scripts for seed in range(3)]
+    monkeypatch.setattr(engine, "PROBES", 0)
+    masked = [sim_steer(source, script, seed) for script in scripts for seed in range(3)]
+    assert [r.token_ids for r in probed] == [r.token_ids for r in masked]
+    assert sum(r.masks for r in probed) <= sum(r.masks for r in masked)

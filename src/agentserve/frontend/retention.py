@@ -46,6 +46,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from agentserve.config import RetentionMode, RetentionSettings
+from agentserve.prompt.session_memory import SessionMemory
 from agentserve.worker.engine import (
     RETENTION_PRIORITY_DEFAULT,
     RETENTION_PRIORITY_MAX,
@@ -207,7 +208,7 @@ class SharedPrefixTracker:
     """What the policy needs that no single request says: the deployment's shared prefix (the
     longest common block-hash prefix between prompts of different sessions that start alike). A
     bounded LRU map by first block; each session's idle time is the session memory's
-    (`frontend.sessions`)."""
+    (`prompt.session_memory`)."""
 
     def __init__(self, block_size: int, max_entries: int = 4096) -> None:
         self.block_size = block_size
@@ -245,3 +246,23 @@ class SharedPrefixTracker:
         if len(self._prefixes) > self.max_entries:
             self._prefixes.popitem(last=False)
         return min(shared, len(block_hashes)) * self.block_size
+
+
+class RetentionTracker:
+    """The shared prefix and the sessions' idle clock observed together, as the frontend does (its
+    session memory keeps the clock): a view for callers that keep no session memory of their own."""
+
+    def __init__(self, block_size: int, max_entries: int = 4096) -> None:
+        self.prefix = SharedPrefixTracker(block_size, max_entries)
+        self.sessions = SessionMemory(lambda ids: "", max_sessions=max_entries)
+
+    def rename(self, old: str, new: str, first_block: int | None) -> None:
+        self.sessions.rename(old, new)
+        self.prefix.rename(old, new, first_block)
+
+    def observe(
+        self, block_hashes: tuple[int, ...], session: str | None, now: float
+    ) -> tuple[int, float | None]:
+        """(shared prefix tokens, idle seconds of the session or None) for a new request."""
+        idle = None if session is None else self.sessions.arrived(session, now)
+        return self.prefix.observe(block_hashes, session), idle

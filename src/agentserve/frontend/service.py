@@ -73,7 +73,6 @@ from agentserve.frontend.retention import (
     decide_retention,
     parent_hold,
 )
-from agentserve.frontend.sessions import SessionMemory
 from agentserve.frontend.subagents import SubagentTree, TreeLink, explicit_link, is_claude_subagent
 from agentserve.frontend.surfaces import (
     AnthropicSurface,
@@ -91,6 +90,7 @@ from agentserve.prompt.hashing import block_hashes
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, is_agent_traffic, render_prompt
 from agentserve.prompt.session import SOURCE as CONVERSATION_SOURCE
 from agentserve.prompt.session import conversation_key, key_after
+from agentserve.prompt.session_memory import SessionMemory
 from agentserve.prompt.splice import Produced, splice, splice_any
 from agentserve.prompt.template import PromptError
 from agentserve.router.core import OverloadedError as RouterOverloadedError

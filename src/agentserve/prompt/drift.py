@@ -6,7 +6,7 @@ first differing token on is lost. The report says where (token index), how many 
 and shows ~80 characters on each side, which is how a new cache-poisoning span (a date, an id, a
 re-serialised tool call) is found without waiting for someone to write a blog post about it.
 
-`compare` is pure; the frontend's session memory (`frontend.sessions`) keeps each session's last
+`compare` is pure; the frontend's session memory (`prompt.session_memory`) keeps each session's last
 prompt + output for it.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 Decode = Callable[[Sequence[int]], str]
 
@@ -84,3 +85,13 @@ def compare(previous: Sequence[int], prompt: Sequence[int], decode: Decode) -> D
         previous_after=decode(previous[i : i + _CONTEXT_TOKENS])[:CONTEXT_CHARS],
         prompt_after=decode(prompt[i : i + _CONTEXT_TOKENS])[:CONTEXT_CHARS],
     )
+
+
+def __getattr__(name: str) -> Any:
+    # The standalone memories are views of the session memory (`prompt.session_memory`), which
+    # imports this module: looked up there on first use.
+    if name in ("DriftDetector",):
+        from agentserve.prompt import session_memory
+
+        return getattr(session_memory, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

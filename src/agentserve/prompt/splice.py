@@ -15,7 +15,7 @@ gpt-oss's `<|return|>` that history writes as `<|end|>` — is left to the templ
 
 Answers whose reasoning a Chat client dropped (turns without calls: the call memory finds turns by
 call id) are put back first (`restore_answers`, from the session's answers), so their reasoning, and
-with it the splice, survive too. What is remembered per session lives in `frontend.sessions`.
+with it the splice, survive too. What is remembered per session lives in `prompt.session_memory`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from agentserve.conversation import Conversation, Message, Text
 from agentserve.prompt.hashing import block_hashes
@@ -196,3 +197,13 @@ def restore_answers(answers: Mapping[str, Message], conversation: Conversation) 
         messages[i] = mine
         changed = True
     return replace(conversation, messages=tuple(messages)) if changed else conversation
+
+
+def __getattr__(name: str) -> Any:
+    # The standalone memories are views of the session memory (`prompt.session_memory`), which
+    # imports this module: looked up there on first use.
+    if name in ("ReplayMemory", "AnswerMemory"):
+        from agentserve.prompt import session_memory
+
+        return getattr(session_memory, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ from agentserve.frontend.retention import (
     SharedPrefixTracker,
     decide_retention,
 )
-from agentserve.frontend.sessions import SessionMemory
+from agentserve.prompt.session_memory import SessionMemory
 from agentserve.worker.engine import TokenRangeRetention
 
 

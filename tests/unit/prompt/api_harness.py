@@ -31,10 +31,10 @@ from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.conversation import Finish, Message, OutputEvent, ToolCallEnd, ToolSpec, Usage
 from agentserve.families import get_family
-from agentserve.frontend.sessions import SessionMemory
 from agentserve.parsing import ParserOptions
 from agentserve.prompt.history import events_to_message
 from agentserve.prompt.pipeline import PromptPipeline, RenderedPrompt, render_prompt
+from agentserve.prompt.session_memory import SessionMemory
 from agentserve.prompt.splice import Produced, splice_any
 
 ApiName = Literal["anthropic", "chat", "responses"]

@@ -31,9 +31,9 @@ from prompt_cases import (
 from agentserve.config import ReplayPolicy
 from agentserve.conversation import Conversation, Message, Reasoning, Text
 from agentserve.families import Family
-from agentserve.frontend.sessions import SessionMemory
 from agentserve.prompt.drift import DriftReport
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
+from agentserve.prompt.session_memory import SessionMemory
 from agentserve.prompt.template import ChatTemplate, ModelTemplates
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from prompt_cases import SYSTEM, TOOLS, assert_divergence_in_date
 
 from agentserve.conversation import Conversation, Message, Text, ToolCall, ToolResult
-from agentserve.frontend.sessions import SessionMemory
 from agentserve.prompt.drift import common_prefix, compare
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
+from agentserve.prompt.session_memory import SessionMemory
 
 
 def decode(ids: object) -> str:

@@ -13,8 +13,8 @@ from fidelity_loop import VARIANTS, Variant, run
 from prompt_cases import FAMILY_NAMES, QUESTION, SYSTEM
 
 from agentserve.conversation import Conversation, Message, Reasoning, Text, ToolCall, ToolResult
-from agentserve.frontend.sessions import SessionMemory
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
+from agentserve.prompt.session_memory import SessionMemory
 from agentserve.prompt.splice import Produced, align, splice, splice_any
 
 

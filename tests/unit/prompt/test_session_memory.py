@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentserve.conversation import Conversation, Message, Reasoning, Text
-from agentserve.frontend.sessions import SessionMemory
 from agentserve.prompt.pipeline import PromptPipeline, render_prompt
+from agentserve.prompt.session_memory import SessionMemory
 from agentserve.prompt.splice import Produced
 
 
@@ -78,3 +78,30 @@ def test_answers_per_session_are_bounded() -> None:
 def test_bounds_must_be_positive() -> None:
     with pytest.raises(ValueError):
         SessionMemory(_decode, max_sessions=0)
+
+
+def test_the_single_kind_views_are_the_same_store() -> None:
+    from agentserve.frontend.retention import RetentionTracker
+    from agentserve.prompt.drift import DriftDetector
+    from agentserve.prompt.splice import AnswerMemory, ReplayMemory
+
+    drift = DriftDetector(_decode, max_sessions=1)
+    drift.remember("a", [1, 2], [3])
+    assert list(drift.last("a") or ()) == [1, 2, 3] and drift.stored_tokens == 3
+    report = drift.check("a", [1, 2, 3, 4])
+    assert report is not None and not report.drifted
+    drift.remember("b", [1])
+    assert drift.check("a", [1]) is None and len(drift) == 1
+    replay = ReplayMemory(per_session=2)
+    for _ in range(3):
+        replay.remember("s", _produced())
+    assert len(replay.get("s")) == 2 and len(replay) == 1
+    answers = AnswerMemory()
+    answers.remember("s", _answer("done."))
+    echo = Conversation((), (Message("assistant", (Text("done."),)),))
+    assert answers.restore("s", echo).messages[0] == _answer("done.")
+    tracker = RetentionTracker(block_size=16)
+    assert tracker.observe((1, 2), "x", now=1.0) == (0, None)
+    tracker.rename("x", "y", 1)
+    assert tracker.observe((1, 2, 3), "y", now=3.0) == (0, 2.0)
+    assert tracker.observe((1, 9), "z", now=4.0) == (16, None)

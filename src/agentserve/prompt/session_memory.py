@@ -215,3 +215,68 @@ class SessionMemory:
         while len(self._records) > 1 and self._over():
             _, record = self._records.popitem(last=False)
             self._forget(record)
+
+
+# -- one kind of memory alone ---------------------------------------------------------------------
+# Views of a session memory of their own for callers that keep one kind only (tools, tests, the
+# standalone API these replaced): the same store, bounds and eviction; nothing more.
+
+
+class DriftDetector:
+    """Each session's last prompt + output (`SessionMemory.remember_context` / `drift`)."""
+
+    def __init__(self, decode: Decode, max_sessions: int = 1024, max_tokens: int = 64 * 1024 * 1024) -> None:
+        self.memory = SessionMemory(decode, max_sessions=max_sessions, max_context_tokens=max_tokens)
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    @property
+    def stored_tokens(self) -> int:
+        return self.memory.stored_tokens
+
+    def check(self, session: str, prompt: Sequence[int]) -> DriftReport | None:
+        return self.memory.drift(session, prompt)
+
+    def last(self, session: str) -> Sequence[int] | None:
+        return self.memory.context(session)
+
+    def remember(self, session: str, prompt: Sequence[int], generated: Sequence[int] = ()) -> None:
+        self.memory.remember_context(session, prompt, generated)
+
+
+def _no_text(ids: Sequence[int]) -> str:
+    return ""
+
+
+class ReplayMemory:
+    """Each session's served turns (`SessionMemory.remember_turn` / `turns`)."""
+
+    def __init__(
+        self, max_sessions: int = 1024, max_size: int = 8 * 1024 * 1024, per_session: int = 4
+    ) -> None:
+        self.memory = SessionMemory(
+            _no_text, max_sessions=max_sessions, max_replay_size=max_size, turns_per_session=per_session
+        )
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    def get(self, session: str) -> list[Produced]:
+        return self.memory.turns(session)
+
+    def remember(self, session: str, produced: Produced, replaces: Produced | None = None) -> None:
+        self.memory.remember_turn(session, produced, replaces)
+
+
+class AnswerMemory:
+    """Each session's answers (`SessionMemory.remember_answer` / `restore_answers`)."""
+
+    def __init__(self, max_answers: int = 4096) -> None:
+        self.memory = SessionMemory(_no_text, answers_per_session=max_answers)
+
+    def remember(self, session: str, message: Message) -> None:
+        self.memory.remember_answer(session, message)
+
+    def restore(self, session: str, conversation: Conversation) -> Conversation:
+        return self.memory.restore_answers(session, conversation)

@@ -301,7 +301,7 @@ def test_the_operators_and_the_planners_status_writes_keep_each_others_condition
         {**c, "message": "rewritten from a stale read"} if c["type"] == "Ready" else c
         for c in status["conditions"]
     ]
-    KubeCluster(client).apply_status(ns, name, status)
+    KubeCluster(client).patch_status(ns, name, status)
     assert condition(kube.get("asd", name, ns), AUTOSCALING_CONDITION).get("message") == "1 workers: steady"
 
     kube.merge_patch(name, ns, {"spec": {"autoscaling": None}})

@@ -58,8 +58,8 @@ class Cluster(Protocol):
         """The AgentServingDeployment `name`, or None when it is gone."""
         ...
 
-    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Server-side apply the CR's status under our field manager: the fields (and conditions,
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Write the CR's status by server-side apply under our field manager: the fields (and conditions,
         a list-map keyed by type) we set are ours; another writer's condition (the planner's
         `Autoscaling`) is left alone, however old the status we computed ours from."""
         ...
@@ -300,7 +300,7 @@ class KubeCluster:
                 return None
             raise
 
-    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.apply_subresource(
             {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": namespace}},
             "status",

@@ -344,7 +344,7 @@ def write_status(cluster: Cluster, owner: Mapping[str, Any], result: SyncResult)
     meta = owner.get("metadata") or {}
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
     if status_changed(owner, result.status):
-        cluster.apply_status(namespace, name, result.status)
+        cluster.patch_status(namespace, name, result.status)
     for condition in result.stale:
         cluster.remove_condition(namespace, name, condition)
 

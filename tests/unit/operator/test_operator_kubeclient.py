@@ -338,19 +338,19 @@ def test_delete_owner_and_status(api_and_cluster: tuple[FakeAPI, KubeCluster]) -
     api.objects[("agentserve.dev/v1alpha1", "agentservingdeployments", "ai", "coder")] = cr()
     owner = cluster.get_owner("ai", "coder")
     assert owner is not None and owner["metadata"]["uid"] == "u-1"
-    cluster.apply_status("ai", "coder", {"observedGeneration": 1, "conditions": []})
+    cluster.patch_status("ai", "coder", {"observedGeneration": 1, "conditions": []})
     stored = api.objects[("agentserve.dev/v1alpha1", "agentservingdeployments", "ai", "coder")]
     assert stored["status"] == {"observedGeneration": 1, "conditions": []}
     planner = {"type": "Autoscaling", "status": "True"}
     stored["status"]["conditions"] = [planner]
-    cluster.apply_status("ai", "coder", {"observedGeneration": 1, "conditions": [{"type": "Ready"}]})
+    cluster.patch_status("ai", "coder", {"observedGeneration": 1, "conditions": [{"type": "Ready"}]})
     assert stored["status"]["conditions"] == [planner, {"type": "Ready"}]
     cluster.remove_condition("ai", "coder", "Autoscaling")
     cluster.remove_condition("ai", "coder", "Autoscaling")  # gone already: nothing sent
     assert stored["status"]["conditions"] == [{"type": "Ready"}]
     api.fail_patch_status = 1
     with pytest.raises(ClusterError) as raised:
-        cluster.apply_status("ai", "coder", {"observedGeneration": 2})
+        cluster.patch_status("ai", "coder", {"observedGeneration": 2})
     assert raised.value.status == 500
     sync(cluster, cr())
     cluster.delete(ObjectRef("v1", "ConfigMap", "ai", "coder-config"))

@@ -104,7 +104,7 @@ class FakeCluster:
     def get_owner(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.owners.get((namespace, name))
 
-    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Server-side apply's list-map rule for conditions: the types this writer applied before and
         leaves out now go, another writer's stay."""
         self.status_patches.append(status)

@@ -350,50 +350,46 @@ def engine_for(tokenizer_json: str | None, *, cache_size: int = DEFAULT_CACHE_SI
 # --------------------------------------------------------------------------------------------------
 # JSON schemas
 
-_SCHEMA_CACHE = 1024
-_schemas: OrderedDict[str, str | None] = OrderedDict()
-_schemas_lock = threading.Lock()
+
+class _Verdicts:
+    """llguidance's verdicts on grammars (None: it compiles; else why not), a bounded LRU by source:
+    clients send the same schemas and grammars with every request."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._verdicts: OrderedDict[str, str | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, grammar: Callable[[str], str]) -> str | None:
+        with self._lock:
+            if key in self._verdicts:
+                self._verdicts.move_to_end(key)
+                return self._verdicts[key]
+        try:
+            error: str | None = LLMatcher.validate_grammar(grammar(key)) or None
+        except ValueError as exc:
+            error = str(exc)
+        with self._lock:
+            self._verdicts[key] = error
+            while len(self._verdicts) > self._size:
+                self._verdicts.popitem(last=False)
+        return error
+
+
+_schemas = _Verdicts(1024)
+_larks = _Verdicts(256)
 
 
 def schema_error(schema: Mapping[str, Any]) -> str | None:
     """Why llguidance cannot enforce `schema` (invalid JSON Schema, an unsupported feature), or None."""
     key = json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str)
-    with _schemas_lock:
-        if key in _schemas:
-            _schemas.move_to_end(key)
-            return _schemas[key]
-    try:
-        grammar = LLMatcher.grammar_from_json_schema(key)
-        error: str | None = LLMatcher.validate_grammar(grammar) or None
-    except ValueError as exc:
-        error = str(exc)
-    with _schemas_lock:
-        _schemas[key] = error
-        while len(_schemas) > _SCHEMA_CACHE:
-            _schemas.popitem(last=False)
-    return error
-
-
-_LARK_CACHE = 256
-_larks: OrderedDict[str, str | None] = OrderedDict()
+    return _schemas.get(key, LLMatcher.grammar_from_json_schema)
 
 
 def lark_error(source: str) -> str | None:
     """llguidance's verdict on a Lark grammar of its own (a custom tool's format): None when it
     compiles. Cached by source (Codex sends the same grammar with every request)."""
-    with _schemas_lock:
-        if source in _larks:
-            _larks.move_to_end(source)
-            return _larks[source]
-    try:
-        error: str | None = LLMatcher.validate_grammar(LLMatcher.grammar_from_lark(source)) or None
-    except ValueError as exc:
-        error = str(exc)
-    with _schemas_lock:
-        _larks[source] = error
-        while len(_larks) > _LARK_CACHE:
-            _larks.popitem(last=False)
-    return error
+    return _larks.get(source, LLMatcher.grammar_from_lark)
 
 
 # --------------------------------------------------------------------------------------------------

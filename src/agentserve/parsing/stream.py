@@ -19,6 +19,7 @@ Rules shared by all families:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -93,7 +94,7 @@ class ParserOptions:
     id_factory: IdFactory = random_call_id
 
 
-class HeldTextParser:
+class HeldTextParser(ABC):
     """What every streaming output parser keeps (`StreamParser`, harmony's): the call counter, the
     text and reasoning writers, and the text held back from the last chunk (a marker may be cut
     across chunks), put back in front of the next one by `feed`."""
@@ -122,9 +123,9 @@ class HeldTextParser:
             self._run(text, out)
         return out
 
+    @abstractmethod
     def _run(self, buf: str, out: list[OutputEvent]) -> None:
         """Parse `buf` (held text included), setting `_held` to any tail that may be a cut marker."""
-        raise NotImplementedError
 
 
 class StreamParser(HeldTextParser):

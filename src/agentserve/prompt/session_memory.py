@@ -152,7 +152,9 @@ class SessionMemory:
         kept = [t for t in record.turns if t is not replaces][: self._turns_per_session - 1]
         if produced.size <= self._max_replay_size:
             kept.insert(0, produced)
-        self._resize_replay(record, kept=kept)
+        before = record.replay_size
+        record.turns = kept
+        self._replay_size += record.replay_size - before
         self._evict()
 
     def remember_answer(self, session: str, message: Message) -> None:
@@ -192,11 +194,6 @@ class SessionMemory:
         if record is None:
             record = self._records[session] = SessionRecord()
         return record
-
-    def _resize_replay(self, record: SessionRecord, *, kept: list[Produced]) -> None:
-        before = record.replay_size
-        record.turns = kept
-        self._replay_size += record.replay_size - before
 
     def _forget(self, record: SessionRecord) -> None:
         self._context_tokens -= record.context_tokens

@@ -159,8 +159,11 @@ def _pieces(
     only where they join to the decoded output (else all cut afresh). Cutting pieces costs ~2.5 µs
     a token, more than steering it: only the grammar's tokens are cut anew, and those first as each
     token's own text (`_alone`, cached: `"`, `}`, `<tool_call>`), the cut only where one does not
-    decode alone or the result does not join to the output."""
+    decode alone or the result does not join to the output. A copied run's pieces join in the
+    script's context, so only the seams are checked (`_seams_join`: decoding a whole output cost
+    as much as validating it); where one does not join, the whole output is checked."""
     out: list[str] = []
+    seams: list[tuple[int, int]] = []  # output spans whose pieces were not copied whole in context
     k = 0
 
     def cut(segment: list[int]) -> list[str]:
@@ -172,10 +175,17 @@ def _pieces(
             break  # the script's pieces stop short (never, as the sim cuts them): cut the rest
         if at > k:
             out += cut(ids[k:at])
+        if at > k or start > 0:
+            seams.append((k, at))  # the fresh tokens before the run (or where it joins the last)
         out += pieces[start : start + length]
         k = at + length
+        if start + length < len(pieces):
+            seams.append((k, k))  # the script goes on past the run: its last piece may differ
     if k < len(ids):
         out += cut(ids[k:])
+        seams.append((k, len(ids)))
+    if fast and _seams_join(tokenizer, ids, out, seams):
+        return out
     text = tokenizer.decode(ids)
     joined = "".join(out)
     if text == joined:
@@ -186,6 +196,22 @@ def _pieces(
         out[-1] += text[len(joined) :]
         return out
     return token_pieces(tokenizer, ids, PIECE_WINDOW)
+
+
+def _seams_join(
+    tokenizer: Tokenizer, ids: list[int], out: Sequence[str], seams: Sequence[tuple[int, int]]
+) -> bool:
+    """Whether the pieces join to the decoded tokens around each seam (`PIECE_WINDOW` tokens either
+    side, the locality `token_pieces` assumes); False also where a window cannot tell (it starts
+    inside a character), and the caller checks the whole output."""
+    windows: list[list[int]] = []
+    for lo, hi in seams:
+        lo, hi = max(0, lo - PIECE_WINDOW), min(len(ids), hi + PIECE_WINDOW)
+        if windows and lo <= windows[-1][1]:
+            windows[-1][1] = max(windows[-1][1], hi)
+        else:
+            windows.append([lo, hi])
+    return all(tokenizer.decode(ids[lo:hi]) == "".join(out[lo:hi]) for lo, hi in windows)
 
 
 _ALONE: weakref.WeakKeyDictionary[Tokenizer, dict[int, str | None]] = weakref.WeakKeyDictionary()

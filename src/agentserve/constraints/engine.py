@@ -26,11 +26,13 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
 from llguidance import LLMatcher, LLTokenizer
+
+from agentserve.constraints.states import StateMemo, Tracked
 
 DEFAULT_CACHE_SIZE = 256
 RESYNC_WINDOW = 256  # scripted tokens looked ahead for one the grammar allows again
@@ -90,6 +92,7 @@ class _Aids:
     text_closers: tuple[tuple[int, ...], ...]
     bulk: bool
     openers: tuple[int, ...]
+    states: StateMemo = field(default_factory=StateMemo)  # what llguidance said of its states
 
 
 class GrammarEngine:
@@ -253,9 +256,12 @@ class GrammarEngine:
         max_tokens: int,
         rng: random.Random,
         stop_ids: Sequence[int] = (),
+        at_start: bool = False,
     ) -> Steered:
         """`steer` under `grammar` (the source of `matcher`) with all this tokenizer's aids: what
-        the sim emits."""
+        the sim emits. `at_start`: `matcher` is at the grammar's start (a fresh `matcher()`), so
+        what llguidance says of its states is remembered for every request under `grammar`
+        (`constraints.states`)."""
         aids = self._aids(grammar, eos)
         return steer(
             matcher,
@@ -273,6 +279,7 @@ class GrammarEngine:
             spell=self.spell,
             bulk=aids.bulk,
             openers=aids.openers,
+            memo=aids.states if at_start else None,
         )
 
     def _aids(self, grammar: str, eos: tuple[int, ...]) -> _Aids:
@@ -419,7 +426,7 @@ class _Probe:
 
     __slots__ = ("_left", "_matcher", "computed")
 
-    def __init__(self, matcher: LLMatcher, budget: int) -> None:
+    def __init__(self, matcher: Tracked, budget: int) -> None:
         self._matcher = matcher
         self._left = budget
         self.computed: bytes | None = None  # the mask, once computed
@@ -435,7 +442,18 @@ class _Probe:
         return byte < len(mask) and (mask[byte] >> (token & 7)) & 1 == 1
 
     def first(self, tokens: Iterable[int]) -> int | None:
-        """The first allowed token of `tokens` (ids ≥ 0), in their order."""
+        """The first allowed token of `tokens` (ids ≥ 0), in their order; a tuple of them (the
+        grammar's preferred tokens, its openers) remembered per state."""
+        if isinstance(tokens, tuple):
+            known = self._matcher.recall_first(tokens)
+            if known != -1:
+                return known
+            found = self._first(tokens)
+            self._matcher.remember_first(tokens, found)
+            return found
+        return self._first(tokens)
+
+    def _first(self, tokens: Iterable[int]) -> int | None:
         rest = iter(tokens)
         if self.computed is None:
             validate = self._matcher.validate_tokens
@@ -505,7 +523,7 @@ def _window(script: Sequence[int], i: int) -> Iterable[int]:
 
 
 def _spelled(
-    matcher: LLMatcher, script: Sequence[int], i: int, raw: bytes, spell: Callable[[int], bytes]
+    matcher: Tracked, script: Sequence[int], i: int, raw: bytes, spell: Callable[[int], bytes]
 ) -> int | None:
     """The first script position after i (within `RESYNC_WINDOW`) whose token the grammar allows
     while it forces the bytes `raw`, found without a mask: only a token whose bytes agree with `raw`
@@ -517,7 +535,7 @@ def _spelled(
     return None
 
 
-def _forced_text(matcher: LLMatcher, raw: bytes, tokenize: Callable[[bytes], list[int]]) -> list[int]:
+def _forced_text(matcher: Tracked, raw: bytes, tokenize: Callable[[bytes], list[int]]) -> list[int]:
     """The bytes the grammar forces next (a key's rest, `":`), tokenized and validated: llguidance's
     own forced tokens hold back the bytes whose tokenization is not yet certain, which would cost a
     mask per token there."""
@@ -531,9 +549,7 @@ def bulk_safe(grammar: str) -> bool:
     return "max_tokens" not in grammar
 
 
-def _follow(
-    matcher: LLMatcher, script: Sequence[int], i: int, room: int, bulk: bool
-) -> tuple[int, LLMatcher]:
+def _follow(matcher: Tracked, script: Sequence[int], i: int, room: int, bulk: bool) -> tuple[int, Tracked]:
     """Consume the longest allowed run of `script` from position i (at most `room` tokens); how many
     tokens that is, no mask, and the matcher to go on with. In growing chunks (8, 32, 128, …): after
     a refusal the next token is usually refused too, and handing llguidance the whole rest each time
@@ -547,8 +563,8 @@ def _follow(
     while i + taken < end:
         run = list(script[i + taken : min(end, i + taken + size)])
         if bulk and taken:
-            backup = matcher.deep_copy()
-            if matcher.consume_tokens(run):
+            backup = Tracked(matcher.deep_copy())
+            if matcher.consume_run(run):
                 n = len(run)
             else:
                 matcher = backup
@@ -564,10 +580,10 @@ def _follow(
     return taken, matcher
 
 
-def _validated(matcher: LLMatcher, run: list[int]) -> int:
+def _validated(matcher: Tracked, run: list[int]) -> int:
     """Consume the allowed prefix of `run`, checked first by `validate_tokens`; its length."""
     n = matcher.validate_tokens(run)
-    if n and not matcher.consume_tokens(run[:n]):
+    if n and not matcher.consume_run(run[:n]):
         raise RuntimeError(f"llguidance refused tokens it had validated: {matcher.get_error()}")
     return n
 
@@ -587,12 +603,14 @@ def _after_closer(script: Sequence[int], i: int, forced: Sequence[int], closing:
 
 
 def _run(
-    matcher: LLMatcher, script: Sequence[int], i: int, room: int, end: int, ends: Container[int]
+    matcher: Tracked, script: Sequence[int], i: int, room: int, end: int, ends: Container[int]
 ) -> tuple[int, bool]:
     """How many tokens of `script` from position i (at most `room`) the grammar allows in a row, and
     whether it accepts after them (its end-of-turn token `end` is allowed there, or the run ends
     with one): validated only, nothing consumed. The first `FIRST_CHUNK` tokens alone first (a
     refused script is usually refused at once), then the whole rest with `end` after it."""
+    if not matcher.validate_tokens([script[i]]):
+        return 0, False  # the usual refusal: one question (remembered per state)
     stop = min(len(script), i + room)
     first = list(script[i : min(stop, i + FIRST_CHUNK)])
     k = matcher.validate_tokens(first)
@@ -605,9 +623,9 @@ def _run(
     return k, bool(k) and rest[k - 1] in ends  # a run that takes a scripted end-of-turn token
 
 
-def _commit(matcher: LLMatcher, run: Sequence[int]) -> None:
+def _commit(matcher: Tracked, run: Sequence[int]) -> None:
     """Consume `run`, which `validate_tokens` allowed."""
-    if not matcher.consume_tokens(list(run)):
+    if not matcher.consume_run(list(run)):
         raise RuntimeError(f"llguidance refused tokens it had validated: {matcher.get_error()}")
 
 
@@ -628,6 +646,7 @@ def steer(
     tokenize: Callable[[bytes], list[int]] | None = None,
     spell: Callable[[int], bytes] | None = None,
     bulk: bool = False,
+    memo: StateMemo | None = None,
 ) -> Steered:
     """The output under `matcher`'s grammar: the script while its next token is allowed; when it is
     not, the end of the turn if the grammar may end here, else the tokens the grammar forces
@@ -651,7 +670,8 @@ def steer(
     script the grammar accepts whole costs one validation), forced text costs no mask, a step's
     candidates are checked one by one (`_Probe`: `validate_tokens`, the mask's verdict) and a
     vocabulary mask is computed only where more than `PROBES` of them are asked or a random draw
-    needs it (`Steered.masks` counts them)."""
+    needs it (`Steered.masks` counts them). `memo`: `matcher` is at its grammar's start, and what
+    llguidance says of the states the steering's own tokens reach is remembered there."""
     go = functools.partial(
         _steer, script=script, max_tokens=max_tokens, rng=rng, preferred=preferred, closing=closing,
         stop_ids=stop_ids, ends=ends or stop_ids, prefixes=prefixes, text_closers=text_closers,
@@ -659,17 +679,17 @@ def steer(
     )  # fmt: skip
     if bulk and (ends or stop_ids):
         start = matcher.deep_copy()
-        steered = go(matcher, fast=True)
+        steered = go(Tracked(matcher, memo), fast=True)
         if steered is not None:
             return steered
         matcher = start  # a speculated run did not verify: steer again, consuming every run
-    steered = go(matcher, fast=False, bulk=bulk)
+    steered = go(Tracked(matcher, memo), fast=False, bulk=bulk)
     assert steered is not None
     return steered
 
 
 def _steer(
-    matcher: LLMatcher,
+    matcher: Tracked,
     script: Sequence[int],
     *,
     max_tokens: int,
@@ -699,7 +719,7 @@ def _steer(
             start, at, length = copied[-1][0], copied[-1][1], copied.pop()[2] + length
         copied.append((start, at, length))
 
-    wanted = [t for t in preferred if t >= 0]
+    wanted = tuple(t for t in preferred if t >= 0)
     i, n = 0, len(script)
     diverged = masks = 0
     stops = set(stop_ids)
@@ -709,7 +729,7 @@ def _steer(
     drawn = 0
     next_scan = 0  # output length from which the script may be searched again
     verdict: bool | None = None  # whether the grammar accepts the output, where a run decided it
-    anchor: tuple[LLMatcher, int] | None = None  # a speculated run's exact state and output length
+    anchor: tuple[Tracked, int] | None = None  # a speculated run's exact state and output length
     while len(out) < max_tokens and not matcher.is_stopped() and not matcher.is_error():
         room = max_tokens - len(out)
         if i < n:
@@ -728,7 +748,7 @@ def _steer(
                     if i == n and taken >= SPECULATE_MIN and anchor is None:
                         guess = matcher.deep_copy()
                         if guess.consume_tokens([*run[:CONDENSED], *run[-CONDENSED:]]):
-                            anchor, matcher = (matcher, len(out) - taken), guess
+                            anchor, matcher = (matcher, len(out) - taken), Tracked(guess)
                             continue
                     _commit(matcher, run)
                     continue

@@ -91,6 +91,7 @@ def constrained_plan(
         max_tokens=need,
         rng=random.Random(seed),
         stop_ids=eos if sampling.include_stop else (),
+        at_start=True,
     )
     ids = steered.token_ids
     plan = ConstrainedPlan(ids, _pieces(tokenizer, ids, steered.copied, pieces), steered.complete)

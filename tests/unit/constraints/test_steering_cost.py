@@ -186,3 +186,72 @@ def test_candidates_choose_what_the_mask_would(
     masked = [sim_steer(source, script, seed) for script in scripts for seed in range(3)]
     assert [r.token_ids for r in probed] == [r.token_ids for r in masked]
     assert sum(r.masks for r in probed) <= sum(r.masks for r in masked)
+
+
+def test_a_script_that_ends_the_answer_is_validated_not_consumed() -> None:
+    """A script the grammar accepts to its end is the answer as it is (no end token added, as
+    unconstrained), decided by one validation; cut by `max_tokens` it is incomplete."""
+    script = call("Read", {"path": "a.txt"})
+    source = grammar(GenerationOptions("m", tool_choice=ToolChoice("required")))
+    ids = TOKENIZER.encode(script)
+    whole = sim_steer(source, script)
+    assert whole.token_ids == ids and whole.complete and whole.copied == ((0, 0, len(ids)),)
+    cut = sim_steer(source, script, max_tokens=len(ids) - 3)
+    assert cut.token_ids == ids[:-3] and not cut.complete
+
+
+def test_remembered_states_give_the_same_answers() -> None:
+    """The states the steering's own tokens reach are remembered per grammar (`StateMemo`) and
+    answer later requests, whatever their scripts: every output is what a fresh steering gives."""
+    from agentserve.constraints.engine import steer
+    from agentserve.constraints.states import StateMemo
+
+    source = grammar(GenerationOptions("m", tool_choice=ToolChoice("named", "Bash")))
+    memo = StateMemo()
+    scripts = [
+        "I will list the files now.",
+        "Let me look: " + " ".join(["word"] * 80),
+        call("Bash", {"command": "ls"}),
+        call("Read", {"path": "x"}),
+        'He said "hi" and left {',
+        "",
+    ]
+
+    def run(script: str, seed: int, remembered: StateMemo | None) -> Steered:
+        return steer(
+            ENGINE.matcher(source, EOS), TOKENIZER.encode(script), max_tokens=400,
+            rng=random.Random(seed), preferred=ENGINE.referenced(source, EOS), closing=ENGINE.closing(EOS),
+            stop_ids=EOS, ends=EOS, prefixes=ENGINE.prefixes, blank=ENGINE.blank(),
+            tokenize=ENGINE.tokenizer(EOS).tokenize_bytes, spell=ENGINE.spell, bulk=True,
+            openers=ENGINE.openers(source, EOS), memo=remembered,
+        )  # fmt: skip
+
+    for _ in range(2):  # the second round is answered from the states the first remembered
+        for seed, script in enumerate(scripts):
+            fresh, remembered = run(script, seed, None), run(script, seed, memo)
+            assert remembered == fresh
+            check = ENGINE.matcher(source, EOS)
+            assert check.try_consume_tokens(fresh.token_ids) == len(fresh.token_ids)
+    assert 1 < memo.states <= 512
+
+
+def test_a_speculated_run_that_does_not_verify_is_steered_again() -> None:
+    """A long run that ends the script inside an open string is not consumed: the steering goes on
+    from a copy that consumed its first and last tokens, and the whole output is validated from
+    the exact state. Where the copy's state is not the run's (a string whose length is bounded:
+    the short copy must write more), the validation fails and the run is consumed after all."""
+    words = " ".join(["word"] * 60)
+    schema = {
+        "type": "object",
+        "properties": {"s": {"type": "string", "minLength": len(words), "maxLength": len(words) + 2}},
+        "required": ["s"],
+        "additionalProperties": False,
+    }
+    source = grammar(GenerationOptions("m", response_format=ResponseFormat("json_schema", schema)), ())
+    steered = sim_steer(source, '{"s": "' + words)
+    assert steered.complete
+    assert json.loads(TOKENIZER.decode(steered.token_ids)) == {"s": words}
+    # unbounded, the same script is speculated and verified: the same answer
+    free = {**schema, "properties": {"s": {"type": "string"}}}
+    source = grammar(GenerationOptions("m", response_format=ResponseFormat("json_schema", free)), ())
+    assert json.loads(TOKENIZER.decode(sim_steer(source, '{"s": "' + words).token_ids)) == {"s": words}

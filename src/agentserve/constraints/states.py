@@ -1,0 +1,208 @@
+"""What llguidance said of a grammar's states, remembered across requests (the sim's steering).
+
+A grammar state is the token sequence consumed from the grammar's start, so what llguidance answers
+there (is a token allowed, are these tokens, are bytes forced, does it accept) is a pure function of
+(grammar, end-of-turn ids, tokens). `StateMemo` keeps those answers in a trie over the tokens the
+steering itself chose (the call's opening `<tool_call>{"name": "…", "arguments": {"` written token
+by token where whitespace leaves nothing forced): every request under the same grammar opens the
+same way, whatever its script, and a remembered step costs dictionary lookups instead of ~10
+`validate_tokens`. `Tracked` is the matcher the steering talks to: it answers from the trie while
+the state is in it, and consumes the tokens it owes the real matcher only when asked something new.
+Runs copied from a script follow the trie where it has them but never grow it (a script's own
+tokens are its own); the trie is bounded by `MEMO_STATES` and `MEMO_DEPTH`.
+"""
+
+from __future__ import annotations
+
+from llguidance import LLMatcher
+
+MEMO_STATES = 512  # states remembered per (grammar, end-of-turn ids)
+MEMO_DEPTH = 64  # tokens from the grammar's start: the opening of an answer, where requests agree
+RUN_KEY = 16  # token lists of at most this many are remembered whole (a forced key's tokens)
+
+
+class _State:
+    __slots__ = ("accepting", "allowed", "ff_bytes", "ff_tokens", "firsts", "mask", "next", "runs", "stopped")
+
+    def __init__(self) -> None:
+        self.allowed: dict[int, bool] = {}
+        self.runs: dict[tuple[int, ...], int] = {}  # validate_tokens of a short list
+        self.firsts: dict[tuple[int, ...], int | None] = {}  # the first allowed of candidates
+        self.accepting: bool | None = None
+        self.stopped: bool | None = None
+        self.ff_bytes: bytes | None = None
+        self.ff_tokens: tuple[int, ...] | None = None
+        self.mask: bytes | None = None
+        self.next: dict[int, _State] = {}
+
+
+class StateMemo:
+    """One grammar's remembered states, from its start."""
+
+    def __init__(self) -> None:
+        self.root = _State()
+        self.states = 1
+
+
+class Tracked:
+    """A matcher whose questions are answered from `memo` where it knows the state (the LLMatcher
+    calls the steering makes; the answers are the same either way). `memo` only for a matcher at
+    its grammar's start; None: every question goes to the matcher."""
+
+    __slots__ = ("_debt", "_depth", "_matcher", "_memo", "_state")
+
+    def __init__(self, matcher: LLMatcher, memo: StateMemo | None = None) -> None:
+        self._matcher = matcher
+        self._memo = memo
+        self._state: _State | None = memo.root if memo is not None else None
+        self._depth = 0
+        self._debt: list[int] = []  # consumed here, not yet by the matcher
+
+    def _synced(self) -> LLMatcher:
+        if self._debt:
+            if not self._matcher.consume_tokens(self._debt):
+                raise RuntimeError(f"llguidance refused tokens it had allowed: {self._matcher.get_error()}")
+            self._debt = []
+        return self._matcher
+
+    def _walk(self, tokens: list[int], grow: bool) -> None:
+        state, depth, memo = self._state, self._depth, self._memo
+        for token in tokens:
+            if state is None:
+                break
+            child = state.next.get(token)
+            room = memo is not None and depth < MEMO_DEPTH and memo.states < MEMO_STATES
+            if child is None and grow and room:
+                assert memo is not None
+                child = state.next[token] = _State()
+                memo.states += 1
+            state, depth = child, depth + 1
+        self._state, self._depth = state, depth
+
+    # -- questions ---------------------------------------------------------------------------------
+
+    def validate_tokens(self, tokens: list[int]) -> int:
+        state = self._state
+        if state is None or not tokens:
+            return self._synced().validate_tokens(tokens)
+        first = state.allowed.get(tokens[0])
+        if len(tokens) == 1:
+            if first is None:
+                first = state.allowed[tokens[0]] = self._synced().validate_tokens(tokens) == 1
+            return int(first)
+        if first is False:
+            return 0
+        key = tuple(tokens) if len(tokens) <= RUN_KEY else None
+        if key is not None and key in state.runs:
+            return state.runs[key]
+        n = self._synced().validate_tokens(tokens)
+        state.allowed[tokens[0]] = n > 0
+        if key is not None:
+            state.runs[key] = n
+        return n
+
+    def recall_first(self, candidates: tuple[int, ...]) -> int | None:
+        """The first allowed token of `candidates` (None: none is) where this state has been asked
+        (-1: not asked)."""
+        state = self._state
+        return -1 if state is None else state.firsts.get(candidates, -1)
+
+    def remember_first(self, candidates: tuple[int, ...], token: int | None) -> None:
+        if self._state is not None:
+            self._state.firsts[candidates] = token
+
+    def is_accepting(self) -> bool:
+        state = self._state
+        if state is None:
+            return self._synced().is_accepting()
+        if state.accepting is None:
+            state.accepting = self._synced().is_accepting()
+        return state.accepting
+
+    def is_stopped(self) -> bool:
+        state = self._state
+        if state is None:
+            return self._synced().is_stopped()
+        if state.stopped is None:
+            state.stopped = self._synced().is_stopped()
+        return state.stopped
+
+    def is_error(self) -> bool:
+        # a remembered state was reached by allowed tokens only
+        return False if self._state is not None else self._synced().is_error()
+
+    def compute_ff_bytes(self) -> bytes:
+        state = self._state
+        if state is None:
+            return bytes(self._synced().compute_ff_bytes())
+        if state.ff_bytes is None:
+            state.ff_bytes = bytes(self._synced().compute_ff_bytes())
+        return state.ff_bytes
+
+    def compute_ff_tokens(self) -> list[int]:
+        state = self._state
+        if state is None:
+            return self._synced().compute_ff_tokens()
+        if state.ff_tokens is None:
+            state.ff_tokens = tuple(self._synced().compute_ff_tokens())
+            if 1 < len(state.ff_tokens) <= RUN_KEY:
+                state.runs[state.ff_tokens] = len(state.ff_tokens)  # forced: allowed
+            elif state.ff_tokens:
+                state.allowed[state.ff_tokens[0]] = True
+        return list(state.ff_tokens)
+
+    def compute_bitmask(self) -> bytes:
+        state = self._state
+        if state is None:
+            return self._synced().compute_bitmask()
+        if state.mask is None:
+            state.mask = self._synced().compute_bitmask()
+        return state.mask
+
+    # -- moves -------------------------------------------------------------------------------------
+
+    def consume_tokens(self, tokens: list[int]) -> bool:
+        """Consume the steering's own tokens (forced, or chosen from the allowed ones): owed to the
+        matcher where the state says they are allowed, and remembered as states of their own."""
+        state = self._state
+        if state is not None and self._known(state, tokens):
+            self._debt += tokens
+            self._walk(tokens, grow=True)
+            return True
+        ok = self._synced().consume_tokens(tokens)
+        if ok:
+            self._walk(tokens, grow=True)
+        else:
+            self._state = None
+        return ok
+
+    def consume_token(self, token: int) -> bool:
+        return self.consume_tokens([token])
+
+    def consume_run(self, tokens: list[int]) -> bool:
+        """Consume a run copied from the script (validated): followed in the trie where it already
+        is, never added to it."""
+        ok = self._synced().consume_tokens(tokens)
+        if ok:
+            self._walk(tokens, grow=False)
+        else:
+            self._state = None
+        return ok
+
+    def try_consume_tokens(self, tokens: list[int]) -> int:
+        n = self._synced().try_consume_tokens(tokens)
+        self._walk(tokens[:n], grow=False)
+        return n
+
+    def deep_copy(self) -> LLMatcher:
+        """The real matcher's copy, at this state."""
+        return self._synced().deep_copy()
+
+    def get_error(self) -> str:
+        return self._matcher.get_error()
+
+    @staticmethod
+    def _known(state: _State, tokens: list[int]) -> bool:
+        if len(tokens) == 1:
+            return state.allowed.get(tokens[0]) is True
+        return state.runs.get(tuple(tokens)) == len(tokens) if len(tokens) <= RUN_KEY else False

@@ -11,12 +11,14 @@
 2. **Mask cost in the sim worker**: a zero-time `SimEngine`, N concurrent requests (1 / 64 / 256) of
    the same output length, CPU per generated token with and without a constraint, same run:
    `follow` — the script obeys the grammar (tool_choice required, the script's own call: its tokens
-   are validated and consumed in bulk, no mask is computed); `steer` — the script is prose and the
-   grammar forces a call (the call's syntax comes from llguidance's forced tokens and bytes, and
+   are validated in one call, not consumed, no mask is computed); `steer` — the script is prose and
+   the grammar forces a call (the call's syntax comes from llguidance's forced tokens and bytes, and
    where a token must be chosen from a few candidates checked with `validate_tokens`, a mask only
-   when they do not decide; the prose goes on inside the argument); each with the sim's memo of
-   steered plans off (`uncached`: every request steered anew) and on (`memoized`: the default; a
-   prose request forced into a call draws no seeded choice, so all share one plan). Then the
+   when they do not decide; the prose goes on inside the argument, speculated and verified); each
+   with the sim's memos off (`uncached`: every request steered anew — neither its memo of steered
+   plans nor what llguidance said of the grammar's states, `constraints.states`) and on
+   (`memoized`: the default; a prose request forced into a call draws no seeded choice, so all
+   share one plan). Then the
    steering alone (`constrained_plan` per request, memo off): µs per output token, vocabulary masks
    and seeded draws per request. Target: the added CPU ≤ 5 % of the sim's per-token CPU at 64 streams.
 2b. **Against a real worker's CPU**: a sim worker process as `agentserve worker --engine sim` runs
@@ -39,11 +41,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -172,15 +176,25 @@ async def sim_cpu(streams: int, tokens: int, mode: str, constrained: bool, memo:
     warm-up request: the grammar is compiled and the tokenizer built, as in a running worker).
     Every prompt has its own length (its own seed). `memo` False: the sim's memo of steered plans
     is off, so every request is steered anew (the per-token cost of the masks themselves)."""
+    with memos(memo):
+        return await _sim_cpu(streams, tokens, mode, constrained)
+
+
+@contextlib.contextmanager
+def memos(on: bool) -> Iterator[None]:
+    """The sim's memos on (as configured) or off: its steered plans (`PLAN_CACHE`) and what
+    llguidance said of each grammar's states (`MEMO_STATES`)."""
+    from agentserve.constraints import states
     from agentserve.worker import constrained as steering
 
-    saved = steering.PLAN_CACHE
-    steering.PLAN_CACHE = saved if memo else 0
+    saved = steering.PLAN_CACHE, states.MEMO_STATES
+    if not on:
+        steering.PLAN_CACHE, states.MEMO_STATES = 0, 0
     steering._plans.clear()
     try:
-        return await _sim_cpu(streams, tokens, mode, constrained)
+        yield
     finally:
-        steering.PLAN_CACHE = saved
+        steering.PLAN_CACHE, states.MEMO_STATES = saved
 
 
 async def _sim_cpu(streams: int, tokens: int, mode: str, constrained: bool) -> tuple[float, int]:
@@ -242,9 +256,7 @@ def steering_alone(mode: str, tokens: int, requests: int) -> tuple[float, float,
     ids = TOKENIZER.encode(call if mode == "follow" else " ".join(["word"] * tokens))
     pieces = token_pieces(TOKENIZER, ids)
     sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
-    saved, steering.PLAN_CACHE = steering.PLAN_CACHE, 0
-    steering._plans.clear()
-    try:
+    with memos(False):
         steering.constrained_plan(
             TOKENIZER, constraint, script=ids, pieces=pieces, sampling=sampling, need=tokens + 64, seed=0
         )  # warm-up
@@ -257,8 +269,6 @@ def steering_alone(mode: str, tokens: int, requests: int) -> tuple[float, float,
             )  # fmt: skip
             emitted += len(plan.token_ids)
         cpu = time.process_time() - t0
-    finally:
-        steering.PLAN_CACHE = saved
     masks = draws = 0
     for seed in range(requests):
         matcher = engine.matcher(constraint.grammar, EOS)
@@ -290,7 +300,10 @@ def serve_worker(port: int, events_port: int, script: str, speedup: float, memo:
     from agentserve.worker import constrained as steering
     from agentserve.worker.main import run
 
-    steering.PLAN_CACHE = steering.PLAN_CACHE if memo else 0
+    if not memo:
+        from agentserve.constraints import states
+
+        steering.PLAN_CACHE, states.MEMO_STATES = 0, 0
     config = WorkerConfig(
         host=HOST, port=port, kv_events_port=events_port, sim_script=script, sim_speedup=speedup,
         drain_delay_s=0,

@@ -32,6 +32,7 @@ from typing import Any
 import xxhash
 from llguidance import LLMatcher, LLTokenizer
 
+from agentserve.constraints import states
 from agentserve.constraints.states import StateMemo, Tracked
 
 DEFAULT_CACHE_SIZE = 256
@@ -279,7 +280,7 @@ class GrammarEngine:
             spell=self.spell,
             bulk=aids.bulk,
             openers=aids.openers,
-            memo=aids.states if at_start else None,
+            memo=aids.states if at_start and states.MEMO_STATES else None,
         )
 
     def _aids(self, grammar: str, eos: tuple[int, ...]) -> _Aids:

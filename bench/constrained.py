@@ -15,10 +15,11 @@
    the grammar forces a call (the call's syntax comes from llguidance's forced tokens and bytes, and
    where a token must be chosen from a few candidates checked with `validate_tokens`, a mask only
    when they do not decide; the prose goes on inside the argument, speculated and verified); each
-   with the sim's memos off (`uncached`: every request steered anew — neither its memo of steered
-   plans nor what llguidance said of the grammar's states, `constraints.states`) and on
-   (`memoized`: the default; a prose request forced into a call draws no seeded choice, so all
-   share one plan). Then the
+   with the sim's memos off (`uncached`: every request steered from nothing — neither its memo of
+   steered plans nor what llguidance said of the grammar's states, `constraints.states`), with a
+   script of its own per request steered anew under a grammar whose states are remembered
+   (`anew`: an agent's requests share their tools, not their answers), and on (`memoized`: the
+   default; a prose request forced into a call draws no seeded choice, so all share one plan). Then the
    steering alone (`constrained_plan` per request, memo off): µs per output token, vocabulary masks
    and seeded draws per request. Target: the added CPU ≤ 5 % of the sim's per-token CPU at 64 streams.
 2b. **Against a real worker's CPU**: a sim worker process as `agentserve worker --engine sim` runs
@@ -171,45 +172,90 @@ def compile_times(label: str, schemas: list[tuple[str, dict[str, Any]]]) -> None
 # -- 2. the sim worker ------------------------------------------------------------------------------
 
 
-async def sim_cpu(streams: int, tokens: int, mode: str, constrained: bool, memo: bool) -> tuple[float, int]:
+async def sim_cpu(streams: int, tokens: int, mode: str, constrained: bool, kind: str) -> tuple[float, int]:
     """CPU µs per generated token, and the tokens generated, for N concurrent sim requests (after one
     warm-up request: the grammar is compiled and the tokenizer built, as in a running worker).
-    Every prompt has its own length (its own seed). `memo` False: the sim's memo of steered plans
-    is off, so every request is steered anew (the per-token cost of the masks themselves)."""
-    with memos(memo):
-        return await _sim_cpu(streams, tokens, mode, constrained)
+    Every prompt has its own length (its own seed). `kind`: `uncached` — every memo off, so every
+    request is steered from nothing (the per-token cost of the masks themselves); `anew` — every
+    request has a script of its own (prose of its own words), steered anew (no memo of steered
+    plans) under a grammar whose states are remembered (`constraints.states`), the scripts
+    tokenized before the clock as the sim's plan memo holds a script it has served; `memoized` —
+    the defaults, one script for all."""
+    with memos(kind == "memoized", states=kind != "uncached"):
+        return await _sim_cpu(streams, tokens, mode, constrained, distinct=kind == "anew")
+
+
+WORDS = [
+    "the",
+    "file",
+    "is",
+    "in",
+    "a",
+    "dir",
+    "and",
+    "we",
+    "list",
+    "it",
+    "now",
+    "then",
+    "run",
+    "all",
+    "tests",
+    "on",
+    "this",
+    "branch",
+    "to",
+    "see",
+    "what",
+    "fails",
+]
+
+
+def script_for(mode: str, tokens: int, k: int | None = None) -> str:
+    """The sim's script: the grammar's own call (`follow`) or prose where a call is required
+    (`steer`); prose of `tokens` words, all "word" (k None) or the k-th seeded sequence of `WORDS`."""
+    rng = random.Random(k)
+    words = ["word"] * tokens if k is None else [rng.choice(WORDS) for _ in range(tokens)]
+    if mode != "follow":
+        return " ".join(words)
+    arguments = {"command": " ".join(words[: tokens // 2])}
+    return f'<tool_call>\n{{"name": "Bash", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
 
 
 @contextlib.contextmanager
-def memos(on: bool) -> Iterator[None]:
+def memos(on: bool, states: bool | None = None) -> Iterator[None]:
     """The sim's memos on (as configured) or off: its steered plans (`PLAN_CACHE`) and what
-    llguidance said of each grammar's states (`MEMO_STATES`)."""
-    from agentserve.constraints import states
+    llguidance said of each grammar's states (`MEMO_STATES`; `states` apart when given)."""
+    from agentserve.constraints import states as grammar_states
     from agentserve.worker import constrained as steering
 
-    saved = steering.PLAN_CACHE, states.MEMO_STATES
+    saved = steering.PLAN_CACHE, grammar_states.MEMO_STATES
     if not on:
-        steering.PLAN_CACHE, states.MEMO_STATES = 0, 0
+        steering.PLAN_CACHE = 0
+    if not (on if states is None else states):
+        grammar_states.MEMO_STATES = 0
     steering._plans.clear()
     try:
         yield
     finally:
-        steering.PLAN_CACHE, states.MEMO_STATES = saved
+        steering.PLAN_CACHE, grammar_states.MEMO_STATES = saved
 
 
-async def _sim_cpu(streams: int, tokens: int, mode: str, constrained: bool) -> tuple[float, int]:
+async def _sim_cpu(
+    streams: int, tokens: int, mode: str, constrained: bool, distinct: bool = False
+) -> tuple[float, int]:
     from agentserve.worker.engine import GenerateRequest, SamplingParams
     from agentserve.worker.engines.sim import SimConfig, SimEngine
     from agentserve.worker.outputs import OutputContext
 
-    arguments = {"command": " ".join(["word"] * (tokens // 2))}
-    call = f'<tool_call>\n{{"name": "Bash", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
-    prose = " ".join(["word"] * tokens)
-    script = call if mode == "follow" else prose
+    script = script_for(mode, tokens)
+    seen: dict[str, int] = {}
 
     class Fixed:
         def respond(self, ctx: OutputContext) -> str:
-            return script
+            if not distinct:
+                return script
+            return script_for(mode, tokens, seen.setdefault(ctx.last_message, len(seen)))
 
     engine = SimEngine(SimConfig(speedup=0), TOKENIZER, Fixed())
     constraint = None
@@ -225,11 +271,13 @@ async def _sim_cpu(streams: int, tokens: int, mode: str, constrained: bool) -> t
     sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
     prompts = [[1000 + (i * 7919 + j) % 4000 for j in range(64 + i)] for i in range(streams)]
 
-    async def one(i: int, prompt: list[int]) -> int:
-        request = GenerateRequest(f"r{i}", prompt, sampling, constraint=constraint)
+    async def one(i: int, prompt: list[int], constrained: bool = True) -> int:
+        request = GenerateRequest(f"r{i}", prompt, sampling, constraint=constraint if constrained else None)
         return sum([len(s.token_ids) async for s in engine.generate(request)])
 
     await one(-1, [999] * 32)  # warm-up
+    if distinct:  # each script tokenized, as the sim's plan memo holds a script it has served
+        await asyncio.gather(*(one(i, prompts[i], constrained=False) for i in range(streams)))
     t0 = time.process_time()
     counts = await asyncio.gather(*(one(i, prompts[i]) for i in range(streams)))
     cpu = time.process_time() - t0
@@ -284,13 +332,6 @@ def steering_alone(mode: str, tokens: int, requests: int) -> tuple[float, float,
 # -- 2b. a real sim worker process ------------------------------------------------------------------
 
 HOST = "127.0.0.1"
-
-
-def scripted(mode: str, tokens: int) -> str:
-    """The sim's script: the grammar's own call (`follow`) or prose where a call is required (`steer`)."""
-    arguments = {"command": " ".join(["word"] * (tokens // 2))}
-    call = f'<tool_call>\n{{"name": "Bash", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
-    return call if mode == "follow" else " ".join(["word"] * tokens)
 
 
 def serve_worker(port: int, events_port: int, script: str, speedup: float, memo: bool) -> None:
@@ -424,8 +465,8 @@ def worker_cpu(
     cancel): the minimum and the median of each, the median of the paired differences, and tokens
     per frame."""
     twins = (
-        WorkerProcess(scripted(mode, tokens), speedup, memo),
-        WorkerProcess(scripted(mode, tokens), speedup, memo),
+        WorkerProcess(script_for(mode, tokens), speedup, memo),
+        WorkerProcess(script_for(mode, tokens), speedup, memo),
     )
     runs: dict[bool, list[float]] = {False: [], True: []}
     diffs: list[float] = []
@@ -572,14 +613,13 @@ def sim_part(quick: bool) -> None:
     print("\n2. sim worker CPU per generated token (zero-time sim), constrained vs not, same run")
     tokens = 128 if quick else 512
     for mode in ("follow", "steer"):
-        for memo in (False, True):
+        for kind in ("uncached", "anew", "memoized"):
             for streams in (1, 64, 256):
                 if quick and streams == 256:
                     continue
-                base, n0 = asyncio.run(sim_cpu(streams, tokens, mode, False, memo))
-                cons, n1 = asyncio.run(sim_cpu(streams, tokens, mode, True, memo))
+                base, n0 = asyncio.run(sim_cpu(streams, tokens, mode, False, kind))
+                cons, n1 = asyncio.run(sim_cpu(streams, tokens, mode, True, kind))
                 share = (cons - base) / cons * 100
-                kind = "memoized" if memo else "uncached"
                 print(
                     f"  {mode:<6} {kind:<8} {streams:4} streams: unconstrained {base:6.1f} µs/token "
                     f"({n0} tok), constrained {cons:6.1f} µs/token ({n1} tok): ×{cons / base:4.2f}, "

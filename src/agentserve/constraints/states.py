@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from llguidance import LLMatcher
 
-MEMO_STATES = 512  # states remembered per (grammar, end-of-turn ids); 0: none (every request asks anew)
+MEMO_STATES = 256  # states remembered per (grammar, end-of-turn ids); 0: none (every request asks anew)
 MEMO_DEPTH = 64  # tokens from the grammar's start: the opening of an answer, where requests agree
 RUN_KEY = 16  # token lists of at most this many are remembered whole (a forced key's tokens)
 

@@ -21,10 +21,20 @@ import httpx
 ROOT = Path(__file__).parents[3]
 
 
+_ISSUED: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free ephemeral port not handed out before in this process: a process started with one
+    binds it only later, so the kernel may offer the same port again meanwhile (a router given a
+    worker's port found that worker's `/ready` and answered its `/workers` with a 404)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _ISSUED:
+            _ISSUED.add(port)
+            return port
 
 
 class Processes:

@@ -64,7 +64,7 @@ class Stack:
         async with httpx.AsyncClient(base_url=self.router_url) as http:
 
             async def all_live() -> bool:
-                return (await http.get("/workers")).json()["routable"] == 3
+                return (await http.get("/workers")).json().get("routable") == 3
 
             assert await until(all_live, 30), self.procs.logs()
         backend = await connect(

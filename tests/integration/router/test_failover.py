@@ -143,7 +143,7 @@ async def test_a_worker_killed_mid_run_through_the_router_service() -> None:
         async with httpx.AsyncClient(base_url=router_url) as http:
 
             async def all_live() -> bool:
-                return (await http.get("/workers")).json()["routable"] == 3
+                return (await http.get("/workers")).json().get("routable") == 3
 
             assert await until(all_live, 30), procs.logs()
             backend = await connect(

@@ -232,7 +232,7 @@ def test_remembered_states_give_the_same_answers() -> None:
             assert remembered == fresh
             check = ENGINE.matcher(source, EOS)
             assert check.try_consume_tokens(fresh.token_ids) == len(fresh.token_ids)
-    assert 1 < memo.states <= 512
+    assert 1 < memo.states <= 256
 
 
 def test_a_speculated_run_that_does_not_verify_is_steered_again() -> None:

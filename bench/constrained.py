@@ -31,8 +31,9 @@
    unconstrained and a constrained batch at the same time (the machine's state moves one batch's
    CPU by ±20 % here: both see the same), the roles swapped every batch, 8 pairs (2 with --quick):
    the minima, the medians and the median of the paired differences, as a share of the
-   unconstrained worker's CPU per token. `follow` and `steer`, memo on and off (the
-   worker is started with `PLAN_CACHE` 0 for off). Only this part: `--only worker`.
+   unconstrained worker's CPU per token. `follow` and `steer`, `uncached` / `anew` / `memoized`
+   as in part 2 (the worker started with its memos set so; for `anew` its scenario answers stream
+   k's prompt, `stream k: …`, with a script of its own). Only this part: `--only worker`.
 3. **End to end**: `agentserve up`'s app in process (frontend, router, 2 zero-time sim workers, via
    httpx's ASGI transport), N concurrent Chat requests, tokens/s with `tool_choice: required` vs
    `auto` on the same script, the ratio.
@@ -334,17 +335,18 @@ def steering_alone(mode: str, tokens: int, requests: int) -> tuple[float, float,
 HOST = "127.0.0.1"
 
 
-def serve_worker(port: int, events_port: int, script: str, speedup: float, memo: bool) -> None:
-    """Subprocess mode: `agentserve worker --engine sim` (its config, its serve loop) on a scenario
-    whose every answer is `script`, with the memo of steered plans on or off."""
+def serve_worker(port: int, events_port: int, script: str, speedup: float, kind: str) -> None:
+    """Subprocess mode: `agentserve worker --engine sim` (its config, its serve loop) on the scenario
+    file `script`, with the sim's memos as `kind` says (`sim_cpu`)."""
     from agentserve.config import WorkerConfig
+    from agentserve.constraints import states
     from agentserve.worker import constrained as steering
     from agentserve.worker.main import run
 
-    if not memo:
-        from agentserve.constraints import states
-
-        steering.PLAN_CACHE, states.MEMO_STATES = 0, 0
+    if kind != "memoized":
+        steering.PLAN_CACHE = 0
+    if kind == "uncached":
+        states.MEMO_STATES = 0
     config = WorkerConfig(
         host=HOST, port=port, kv_events_port=events_port, sim_script=script, sim_speedup=speedup,
         drain_delay_s=0,
@@ -355,7 +357,7 @@ def serve_worker(port: int, events_port: int, script: str, speedup: float, memo:
 class WorkerProcess:
     """A sim worker process on free ports, ready."""
 
-    def __init__(self, script: str, speedup: float, memo: bool) -> None:
+    def __init__(self, scenario: dict[str, Any], speedup: float, kind: str) -> None:
         import os
         import socket
         import subprocess
@@ -368,10 +370,10 @@ class WorkerProcess:
                 ports.append(sock.getsockname()[1])
         self.url = f"http://{HOST}:{ports[0]}"
         path = Path(tempfile.mkdtemp()) / "script.json"
-        path.write_text(json.dumps({"rules": [], "default": script}))
+        path.write_text(json.dumps(scenario))
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         argv = [sys.executable, __file__, "--serve-worker", f"{ports[0]},{ports[1]}", "--script", str(path),
-                "--speedup", str(speedup), "--memo", "on" if memo else "off"]  # fmt: skip
+                "--speedup", str(speedup), "--memo", kind]  # fmt: skip
         self.proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
         self._wait_ready()
 
@@ -416,11 +418,19 @@ class WorkerProcess:
         self.proc.wait(10)
 
 
+def scenario(mode: str, tokens: int, streams: int, distinct: bool) -> dict[str, Any]:
+    """The worker's scenario: every answer `script_for(mode, tokens)`, or (`distinct`) stream k's
+    prompt (`stream k: …`) answered with the k-th script of its own."""
+    rules = [{"match": f"stream {k}:", "output": script_for(mode, tokens, k)} for k in range(streams)]
+    return {"rules": rules if distinct else [], "default": script_for(mode, tokens)}
+
+
 async def worker_batch(
     worker: WorkerProcess, streams: int, tokens: int, constrained: bool, tag: str
 ) -> tuple[float, int, int]:
     """The worker's CPU seconds, tokens and frames for N concurrent streams over the mux (msgpack
-    frames, one connection, as the frontend's `WorkerClient`)."""
+    frames, one connection, as the frontend's `WorkerClient`); stream k's prompt starts with
+    `stream k:` (`scenario`)."""
     from agentserve.constraints.spec import Constraint
     from agentserve.worker.client import WorkerClient
     from agentserve.worker.engine import GenerateRequest, SamplingParams
@@ -437,7 +447,10 @@ async def worker_batch(
         assert built is not None
         constraint = Constraint(built.grammar, built.json_schema)
     sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
-    prompts = [[1000 + (i * 7919 + j) % 4000 for j in range(64 + i)] for i in range(streams)]
+    prompts = [
+        TOKENIZER.encode(f"stream {i}: ") + [1000 + (i * 7919 + j) % 4000 for j in range(64 + i)]
+        for i in range(streams)
+    ]
 
     async with WorkerClient(worker.url, framing="msgpack", transport="mux") as client:
 
@@ -457,17 +470,15 @@ async def worker_batch(
 
 
 def worker_cpu(
-    mode: str, memo: bool, streams: int, tokens: int, speedup: float, reps: int
+    mode: str, kind: str, streams: int, tokens: int, speedup: float, reps: int
 ) -> dict[str, float]:
     """Worker CPU µs per generated token, unconstrained vs constrained, on twin worker processes
     serving their batches at the same time (the machine's state, which moves the CPU of one batch
     by ±20 % here, is the same for both), the roles swapped every batch (one process's own quirks
     cancel): the minimum and the median of each, the median of the paired differences, and tokens
-    per frame."""
-    twins = (
-        WorkerProcess(script_for(mode, tokens), speedup, memo),
-        WorkerProcess(script_for(mode, tokens), speedup, memo),
-    )
+    per frame. `kind` as `sim_cpu`'s."""
+    scripts = scenario(mode, tokens, streams, distinct=kind == "anew")
+    twins = (WorkerProcess(scripts, speedup, kind), WorkerProcess(scripts, speedup, kind))
     runs: dict[bool, list[float]] = {False: [], True: []}
     diffs: list[float] = []
     per_frame = 0.0
@@ -567,11 +578,13 @@ def main() -> None:
     )
     parser.add_argument("--serve-worker", help=argparse.SUPPRESS)
     parser.add_argument("--script", help=argparse.SUPPRESS)
-    parser.add_argument("--memo", choices=["on", "off"], default="on", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--memo", choices=["uncached", "anew", "memoized"], default="memoized", help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.serve_worker:
         port, events = (int(p) for p in args.serve_worker.split(","))
-        serve_worker(port, events, args.script, args.speedup, args.memo == "on")
+        serve_worker(port, events, args.script, args.speedup, args.memo)
         return
     parts = set(args.only or ["compile", "sim", "worker", "e2e"])
     if "compile" in parts:
@@ -639,10 +652,9 @@ def worker_part(quick: bool, speedup: float) -> None:
     print(f"\n2b. a sim worker process ({timing}), 64 streams over the mux (msgpack): worker CPU per token")
     tokens, reps = (128, 2) if quick else (512, 8)
     for mode in ("follow", "steer"):
-        for memo in (False, True):
-            got = worker_cpu(mode, memo, 64, tokens, speedup, reps)
+        for kind in ("uncached", "anew", "memoized"):
+            got = worker_cpu(mode, kind, 64, tokens, speedup, reps)
             added = got["cons"] - got["base"]
-            kind = "memoized" if memo else "uncached"
             print(
                 f"  {mode:<6} {kind:<8}: unconstrained {got['base']:5.2f} µs/token (median "
                 f"{got['base_median']:5.2f}), constrained {got['cons']:5.2f} ({got['cons_median']:5.2f}): "

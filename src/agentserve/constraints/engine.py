@@ -255,7 +255,7 @@ class GrammarEngine:
         *,
         eos: tuple[int, ...],
         max_tokens: int,
-        rng: random.Random,
+        rng: random.Random | int,
         stop_ids: Sequence[int] = (),
         at_start: bool = False,
     ) -> Steered:
@@ -437,7 +437,7 @@ class _Probe:
         if mask is None:
             if self._left:
                 self._left -= 1
-                return self._matcher.validate_tokens([token]) == 1
+                return self._matcher.allows(token)
             mask = self.computed = self._matcher.compute_bitmask()
         byte = token >> 3
         return byte < len(mask) and (mask[byte] >> (token & 7)) & 1 == 1
@@ -457,14 +457,14 @@ class _Probe:
     def _first(self, tokens: Iterable[int]) -> int | None:
         rest = iter(tokens)
         if self.computed is None:
-            validate = self._matcher.validate_tokens
+            allows = self._matcher.allows
             for token in rest:
                 if not self._left:
                     if _allowed(self.mask(), token):
                         return token
                     break
                 self._left -= 1
-                if validate([token]) == 1:
+                if allows(token):
                     return token
             else:
                 return None
@@ -531,7 +531,7 @@ def _spelled(
     can be allowed, and `validate_tokens` confirms it. It is the token `_resync` would find."""
     for token in _window(script, i):
         spelt = spell(token)
-        if spelt and (raw.startswith(spelt) or spelt.startswith(raw)) and matcher.validate_tokens([token]):
+        if spelt and (raw.startswith(spelt) or spelt.startswith(raw)) and matcher.allows(token):
             return script.index(token, i + 1)
     return None
 
@@ -610,7 +610,7 @@ def _run(
     whether it accepts after them (its end-of-turn token `end` is allowed there, or the run ends
     with one): validated only, nothing consumed. The first `FIRST_CHUNK` tokens alone first (a
     refused script is usually refused at once), then the whole rest with `end` after it."""
-    if not matcher.validate_tokens([script[i]]):
+    if not matcher.allows(script[i]):
         return 0, False  # the usual refusal: one question (remembered per state)
     stop = min(len(script), i + room)
     first = list(script[i : min(stop, i + FIRST_CHUNK)])
@@ -635,7 +635,7 @@ def steer(
     script: Sequence[int],
     *,
     max_tokens: int,
-    rng: random.Random,
+    rng: random.Random | int,
     preferred: Sequence[int] = (),
     closing: frozenset[int] = frozenset(),
     stop_ids: Sequence[int] = (),
@@ -671,7 +671,8 @@ def steer(
     script the grammar accepts whole costs one validation), forced text costs no mask, a step's
     candidates are checked one by one (`_Probe`: `validate_tokens`, the mask's verdict) and a
     vocabulary mask is computed only where more than `PROBES` of them are asked or a random draw
-    needs it (`Steered.masks` counts them). `memo`: `matcher` is at its grammar's start, and what
+    needs it (`Steered.masks` counts them). `rng`: the seeded generator, or its seed (built only
+    for a random draw: most plans make none). `memo`: `matcher` is at its grammar's start, and what
     llguidance says of the states the steering's own tokens reach is remembered there."""
     go = functools.partial(
         _steer, script=script, max_tokens=max_tokens, rng=rng, preferred=preferred, closing=closing,
@@ -694,7 +695,7 @@ def _steer(
     script: Sequence[int],
     *,
     max_tokens: int,
-    rng: random.Random,
+    rng: random.Random | int,
     preferred: Sequence[int],
     closing: frozenset[int],
     stop_ids: Sequence[int],
@@ -731,7 +732,7 @@ def _steer(
     next_scan = 0  # output length from which the script may be searched again
     verdict: bool | None = None  # whether the grammar accepts the output, where a run decided it
     anchor: tuple[Tracked, int] | None = None  # a speculated run's exact state and output length
-    while len(out) < max_tokens and not matcher.is_stopped() and not matcher.is_error():
+    while len(out) < max_tokens and matcher.running():
         room = max_tokens - len(out)
         if i < n:
             if fast:
@@ -765,7 +766,7 @@ def _steer(
             # end token where the script goes on (cut short, as a mask allowing only the end token
             # cuts a model short), as the script itself ends where it has nothing more. Validated,
             # not consumed: consuming it cost ~30 µs, a tenth of a whole request's steering.
-            if i < n and script[i] not in stops and stop_ids and matcher.validate_tokens([stop_ids[0]]):
+            if i < n and script[i] not in stops and stop_ids and matcher.allows(stop_ids[0]):
                 out.append(stop_ids[0])
             break
         if not pending:
@@ -811,7 +812,7 @@ def _steer(
                 source = i - 1
         if chosen is None:
             chosen = probe.first(wanted)
-            repeated = chosen is not None and len(out) >= REPEATS and all(t == chosen for t in out[-REPEATS:])
+            repeated = chosen is not None and len(out) >= REPEATS and out[-REPEATS:] == [chosen] * REPEATS
             if repeated:
                 chosen = None  # free text takes the preferred token forever: close it instead
             if chosen is None:
@@ -821,6 +822,8 @@ def _steer(
             if chosen is None and not repeated:
                 chosen = probe.first(openers)
             if chosen is None:
+                if isinstance(rng, int):  # a seed: the generator is built at the first draw (~5 µs)
+                    rng = random.Random(rng)
                 chosen, seeded = _any_allowed(probe.mask(), rng, blank)
                 drawn += seeded
             if chosen is not None and chosen in closing and chosen in script[i:]:

@@ -81,6 +81,23 @@ class Tracked:
 
     # -- questions ---------------------------------------------------------------------------------
 
+    def allows(self, token: int) -> bool:
+        """Whether the grammar allows `token` here (`validate_tokens([token]) == 1`)."""
+        state = self._state
+        if state is None:
+            return self._synced().validate_tokens([token]) == 1
+        hit = state.allowed.get(token)
+        if hit is None:
+            hit = state.allowed[token] = self._synced().validate_tokens([token]) == 1
+        return hit
+
+    def running(self) -> bool:
+        """Neither stopped nor in error (the steering's loop condition)."""
+        state = self._state
+        if state is not None and state.stopped is False:
+            return True
+        return not self.is_stopped() and not self.is_error()
+
     def validate_tokens(self, tokens: list[int]) -> int:
         state = self._state
         if state is None or not tokens:
@@ -177,6 +194,13 @@ class Tracked:
         return ok
 
     def consume_token(self, token: int) -> bool:
+        state = self._state
+        if state is not None and state.allowed.get(token) is True:  # the usual step, inline
+            child = state.next.get(token)
+            if child is not None:
+                self._debt.append(token)
+                self._state, self._depth = child, self._depth + 1
+                return True
         return self.consume_tokens([token])
 
     def consume_run(self, tokens: list[int]) -> bool:

@@ -89,7 +89,7 @@ def constrained_plan(
         script,
         eos=eos,
         max_tokens=need,
-        rng=random.Random(seed),
+        rng=seed,
         stop_ids=eos if sampling.include_stop else (),
         at_start=True,
     )

@@ -769,6 +769,30 @@ def _steer(
             if i < n and script[i] not in stops and stop_ids and matcher.allows(stop_ids[0]):
                 out.append(stop_ids[0])
             break
+        here = matcher.here()
+        # The script is not searched at this step (`next_scan`) and nothing is pending: a step this
+        # state took before without looking at its script is taken again where this script does
+        # not change it either (its token's allowed prefix would: `prefixes`).
+        free = not pending and len(out) < next_scan
+        remembered = matcher.step() if free else None
+        if remembered is not None:
+            by_grammar, tokens = remembered
+            if by_grammar and len(tokens) <= room:
+                if not matcher.consume_tokens(list(tokens)):
+                    break
+                out.extend(tokens)
+                diverged += len(tokens)
+                continue
+            token = tokens[0]
+            shorter = prefixes(script[i]) if i < n and prefixes is not None else ()
+            repeated = len(out) >= REPEATS and out[-REPEATS:] == [token] * REPEATS
+            if not by_grammar and not repeated and not (shorter and matcher.allows(shorter[-1])):
+                i += i < n  # the forbidden scripted token is replaced by the chosen one
+                if not matcher.consume_token(token):
+                    break
+                out.append(token)
+                diverged += 1
+                continue
         if not pending:
             # What the grammar allows alone: no mask needed. Its forced tokens spell forced bytes (a
             # forced special token too), so where no byte is forced (most steps: whitespace is
@@ -783,9 +807,12 @@ def _steer(
                     continue
                 forced = _forced_text(matcher, raw, tokenize)
             if forced:
+                whole = len(forced) <= room
                 forced = forced[:room]
                 if not matcher.consume_tokens(forced):
                     break
+                if free and whole and not closing.intersection(forced):
+                    matcher.remember_step(here, True, tuple(forced))
                 out.extend(forced)
                 diverged += len(forced)
                 i = _after_closer(script, i, forced, closing)
@@ -801,6 +828,7 @@ def _steer(
             shorter = prefixes(script[i])
             # a token is allowed only if its bytes are, so the shortest prefix refused refuses them all
             if shorter and probe.allowed(shorter[-1]):
+                free = False
                 chosen = next((t for t in shorter if probe.allowed(t)), None)
             if chosen is not None:
                 i += 1
@@ -819,6 +847,7 @@ def _steer(
                 closer = next((c for c in text_closers if c and probe.allowed(c[0])), None)
                 if closer is not None:
                     chosen, pending = closer[0], list(closer[1:])
+                    free = False
             if chosen is None and not repeated:
                 chosen = probe.first(openers)
             if chosen is None:
@@ -826,10 +855,13 @@ def _steer(
                     rng = random.Random(rng)
                 chosen, seeded = _any_allowed(probe.mask(), rng, blank)
                 drawn += seeded
+                free = False
             if chosen is not None and chosen in closing and chosen in script[i:]:
                 i = script.index(chosen, i) + 1  # a block closed early: the script goes on after it
             elif chosen is not None and i < n:
                 i += 1  # the forbidden scripted token is replaced by the chosen one
+            if free and chosen is not None and chosen not in closing and probe.computed is None:
+                matcher.remember_step(here, False, (chosen,))
         masks += probe.computed is not None
         if chosen is None or not matcher.consume_token(chosen):
             break

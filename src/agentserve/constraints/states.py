@@ -22,7 +22,9 @@ RUN_KEY = 16  # token lists of at most this many are remembered whole (a forced 
 
 
 class _State:
-    __slots__ = ("accepting", "allowed", "ff_bytes", "ff_tokens", "firsts", "mask", "next", "runs", "stopped")
+    __slots__ = (
+        "accepting", "allowed", "ff_bytes", "ff_tokens", "firsts", "mask", "next", "runs", "step", "stopped",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.allowed: dict[int, bool] = {}
@@ -34,6 +36,8 @@ class _State:
         self.ff_tokens: tuple[int, ...] | None = None
         self.mask: bytes | None = None
         self.next: dict[int, _State] = {}
+        # The step taken here without looking at the script: (forced, tokens) (`Tracked.step`).
+        self.step: tuple[bool, tuple[int, ...]] | None = None
 
 
 class StateMemo:
@@ -127,6 +131,20 @@ class Tracked:
     def remember_first(self, candidates: tuple[int, ...], token: int | None) -> None:
         if self._state is not None:
             self._state.firsts[candidates] = token
+
+    def step(self) -> tuple[bool, tuple[int, ...]] | None:
+        """The step the steering took at this state without looking at its script: the grammar's
+        forced tokens (True) or one token chosen from its preferred tokens or openers (False)."""
+        return self._state.step if self._state is not None else None
+
+    def here(self) -> _State | None:
+        """This state, to remember the step taken from it (`remember_step`)."""
+        return self._state
+
+    @staticmethod
+    def remember_step(state: _State | None, forced: bool, tokens: tuple[int, ...]) -> None:
+        if state is not None:
+            state.step = (forced, tokens)
 
     def is_accepting(self) -> bool:
         state = self._state

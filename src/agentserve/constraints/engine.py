@@ -42,11 +42,11 @@ RESCAN_AFTER = 16  # tokens emitted before the script is searched again after a 
 NARROW = 512  # a mask with at most this many bytes set: a random choice enumerates its tokens
 FIRST_CHUNK = 8  # scripted tokens validated before the whole rest is (a refusal is usually at once)
 # A run of at least this many scripted tokens that ends the script with the grammar still open is
-# not consumed (llguidance's commit, ~0.25 µs a token, 3× its validation): the steering goes on
-# from a copy that consumed only its first and last `CONDENSED` tokens, and the whole output is
-# validated at the end from the state before the run (`_steer`).
+# not consumed (llguidance's commit, ~0.25 µs a token, 3× its validation): the steering goes on as
+# from the state before the run (inside a string, the same state), and the whole output is
+# validated from there at the end; where it is not valid, the request is steered again with every
+# run consumed (`_steer`).
 SPECULATE_MIN = 48
-CONDENSED = 8
 # Candidate tokens checked one by one (`validate_tokens`, ~0.4 µs each) at a step where a token must
 # be chosen, before the vocabulary mask is computed instead (~5–60 µs here, more over a 150k vocab).
 PROBES = 24
@@ -748,10 +748,11 @@ def _steer(
                         verdict = accepts
                         break
                     if i == n and taken >= SPECULATE_MIN and anchor is None:
-                        guess = matcher.deep_copy()
-                        if guess.consume_tokens([*run[:CONDENSED], *run[-CONDENSED:]]):
-                            anchor, matcher = (matcher, len(out) - taken), Tracked(guess)
-                            continue
+                        # the run ends the script inside an open lexeme (prose in an argument):
+                        # the steering goes on as from the state before it, remembered states and
+                        # all, and the output is validated from there at the end
+                        anchor, matcher = (matcher, len(out) - taken), matcher.branch()
+                        continue
                     _commit(matcher, run)
                     continue
             else:

@@ -53,21 +53,34 @@ class Tracked:
     calls the steering makes; the answers are the same either way). `memo` only for a matcher at
     its grammar's start; None: every question goes to the matcher."""
 
-    __slots__ = ("_debt", "_depth", "_matcher", "_memo", "_state")
+    __slots__ = ("_debt", "_depth", "_matcher", "_memo", "_source", "_state")
 
     def __init__(self, matcher: LLMatcher, memo: StateMemo | None = None) -> None:
-        self._matcher = matcher
+        self._matcher: LLMatcher | None = matcher
+        self._source: Tracked | None = None  # a branch's: its matcher is copied from it when needed
         self._memo = memo
         self._state: _State | None = memo.root if memo is not None else None
         self._depth = 0
         self._debt: list[int] = []  # consumed here, not yet by the matcher
 
     def _synced(self) -> LLMatcher:
+        matcher = self._matcher
+        if matcher is None:
+            assert self._source is not None
+            matcher = self._matcher = self._source._synced().deep_copy()
         if self._debt:
-            if not self._matcher.consume_tokens(self._debt):
-                raise RuntimeError(f"llguidance refused tokens it had allowed: {self._matcher.get_error()}")
+            if not matcher.consume_tokens(self._debt):
+                raise RuntimeError(f"llguidance refused tokens it had allowed: {matcher.get_error()}")
             self._debt = []
-        return self._matcher
+        return matcher
+
+    def branch(self) -> Tracked:
+        """A matcher at this state that goes on apart from this one (the real matcher is copied only
+        when it is first asked something the memo does not know)."""
+        other = Tracked.__new__(Tracked)
+        other._matcher, other._source, other._memo = None, self, self._memo
+        other._state, other._depth, other._debt = self._state, self._depth, []
+        return other
 
     def _walk(self, tokens: list[int], grow: bool) -> None:
         state, depth, memo = self._state, self._depth, self._memo
@@ -241,7 +254,7 @@ class Tracked:
         return self._synced().deep_copy()
 
     def get_error(self) -> str:
-        return self._matcher.get_error()
+        return self._synced().get_error()
 
     @staticmethod
     def _known(state: _State, tokens: list[int]) -> bool:

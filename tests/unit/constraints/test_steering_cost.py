@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
-from test_constraints import BASH, EOS, MARKERS, QWEN3, READ, SCHEMAS, TOKENIZER, call
+from test_constraints import BASH, EOS, MARKERS, QWEN3, READ, SCHEMAS, TOKENIZER, call, calls_in
 
 from agentserve.api.options import GenerationOptions, ReasoningOptions, ResponseFormat, ToolChoice
 from agentserve.constraints.build import build
@@ -255,3 +255,15 @@ def test_a_speculated_run_that_does_not_verify_is_steered_again() -> None:
     free = {**schema, "properties": {"s": {"type": "string"}}}
     source = grammar(GenerationOptions("m", response_format=ResponseFormat("json_schema", free)), ())
     assert json.loads(TOKENIZER.decode(sim_steer(source, '{"s": "' + words).token_ids)) == {"s": words}
+
+
+def test_a_thought_left_open_is_closed_before_the_forced_call() -> None:
+    """A script that ends inside an open thought under a forced call: steering as from before the
+    thought (the speculation) would write the call inside it, which the validation refuses, so
+    the thought is closed and the call written after it."""
+    source = grammar(GenerationOptions("m", tool_choice=ToolChoice("required")))
+    steered = sim_steer(source, "<think>\n" + " ".join(["hmm"] * 80))
+    text = TOKENIZER.decode(steered.token_ids)
+    assert steered.complete and text.startswith("<think>\n" + " ".join(["hmm"] * 80))
+    assert text.index("</think>") < text.index("<tool_call>")
+    assert len(calls_in(text)) == 1

@@ -19,11 +19,14 @@ from llguidance import LLMatcher
 MEMO_STATES = 256  # states remembered per (grammar, end-of-turn ids); 0: none (every request asks anew)
 MEMO_DEPTH = 64  # tokens from the grammar's start: the opening of an answer, where requests agree
 RUN_KEY = 16  # token lists of at most this many are remembered whole (a forced key's tokens)
+# Answers kept per state: the tokens asked about are the script's (its next token, a resync
+# window's), so a state many scripts pass would otherwise collect the whole vocabulary.
+ANSWERS = 1024
 
 
 class _State:
     __slots__ = (
-        "accepting", "allowed", "ff_bytes", "ff_tokens", "firsts", "mask", "next", "runs", "step", "stopped",
+        "accepting", "allowed", "ff_bytes", "ff_tokens", "firsts", "next", "runs", "step", "stopped",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -34,7 +37,6 @@ class _State:
         self.stopped: bool | None = None
         self.ff_bytes: bytes | None = None
         self.ff_tokens: tuple[int, ...] | None = None
-        self.mask: bytes | None = None
         self.next: dict[int, _State] = {}
         # The step taken here without looking at the script: (forced, tokens) (`Tracked.step`).
         self.step: tuple[bool, tuple[int, ...]] | None = None
@@ -105,7 +107,9 @@ class Tracked:
             return self._synced().validate_tokens([token]) == 1
         hit = state.allowed.get(token)
         if hit is None:
-            hit = state.allowed[token] = self._synced().validate_tokens([token]) == 1
+            hit = self._synced().validate_tokens([token]) == 1
+            if len(state.allowed) < ANSWERS:
+                state.allowed[token] = hit
         return hit
 
     def running(self) -> bool:
@@ -121,17 +125,16 @@ class Tracked:
             return self._synced().validate_tokens(tokens)
         first = state.allowed.get(tokens[0])
         if len(tokens) == 1:
-            if first is None:
-                first = state.allowed[tokens[0]] = self._synced().validate_tokens(tokens) == 1
-            return int(first)
+            return int(self.allows(tokens[0]) if first is None else first)
         if first is False:
             return 0
         key = tuple(tokens) if len(tokens) <= RUN_KEY else None
         if key is not None and key in state.runs:
             return state.runs[key]
         n = self._synced().validate_tokens(tokens)
-        state.allowed[tokens[0]] = n > 0
-        if key is not None:
+        if len(state.allowed) < ANSWERS:
+            state.allowed[tokens[0]] = n > 0
+        if key is not None and len(state.runs) < ANSWERS:
             state.runs[key] = n
         return n
 
@@ -200,12 +203,8 @@ class Tracked:
         return list(state.ff_tokens)
 
     def compute_bitmask(self) -> bytes:
-        state = self._state
-        if state is None:
-            return self._synced().compute_bitmask()
-        if state.mask is None:
-            state.mask = self._synced().compute_bitmask()
-        return state.mask
+        # not remembered: a mask is rare here, and one over a 150k vocabulary is 19 KB
+        return self._synced().compute_bitmask()
 
     # -- moves -------------------------------------------------------------------------------------
 

@@ -226,10 +226,13 @@ def test_remembered_states_give_the_same_answers() -> None:
             openers=ENGINE.openers(source, EOS), memo=remembered,
         )  # fmt: skip
 
+    def output(s: Steered) -> tuple[object, ...]:  # all but the cost (`masks`: answers cost less)
+        return s.token_ids, s.complete, s.diverged, s.random_choices, s.copied
+
     for _ in range(2):  # the second round is answered from the states the first remembered
         for seed, script in enumerate(scripts):
             fresh, remembered = run(script, seed, None), run(script, seed, memo)
-            assert remembered == fresh
+            assert output(remembered) == output(fresh)
             check = ENGINE.matcher(source, EOS)
             assert check.try_consume_tokens(fresh.token_ids) == len(fresh.token_ids)
     assert 1 < memo.states <= 256

@@ -14,6 +14,9 @@ tokens are its own); the trie is bounded by `MEMO_STATES` and `MEMO_DEPTH`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar, cast
+
 from llguidance import LLMatcher
 
 MEMO_STATES = 256  # states remembered per (grammar, end-of-turn ids); 0: none (every request asks anew)
@@ -22,6 +25,8 @@ RUN_KEY = 16  # token lists of at most this many are remembered whole (a forced 
 # Answers kept per state: the tokens asked about are the script's (its next token, a resync
 # window's), so a state many scripts pass would otherwise collect the whole vocabulary.
 ANSWERS = 1024
+
+T = TypeVar("T")
 
 
 class _State:
@@ -162,33 +167,29 @@ class Tracked:
         if state is not None:
             state.step = (forced, tokens)
 
-    def is_accepting(self) -> bool:
+    def _answer(self, fact: str, ask: Callable[[LLMatcher], T]) -> T:
+        """`ask` of the matcher, remembered as the state's `fact` where the state is known."""
         state = self._state
         if state is None:
-            return self._synced().is_accepting()
-        if state.accepting is None:
-            state.accepting = self._synced().is_accepting()
-        return state.accepting
+            return ask(self._synced())
+        value = getattr(state, fact)
+        if value is None:
+            value = ask(self._synced())
+            setattr(state, fact, value)
+        return cast(T, value)
+
+    def is_accepting(self) -> bool:
+        return self._answer("accepting", LLMatcher.is_accepting)
 
     def is_stopped(self) -> bool:
-        state = self._state
-        if state is None:
-            return self._synced().is_stopped()
-        if state.stopped is None:
-            state.stopped = self._synced().is_stopped()
-        return state.stopped
+        return self._answer("stopped", LLMatcher.is_stopped)
 
     def is_error(self) -> bool:
         # a remembered state was reached by allowed tokens only
         return False if self._state is not None else self._synced().is_error()
 
     def compute_ff_bytes(self) -> bytes:
-        state = self._state
-        if state is None:
-            return bytes(self._synced().compute_ff_bytes())
-        if state.ff_bytes is None:
-            state.ff_bytes = bytes(self._synced().compute_ff_bytes())
-        return state.ff_bytes
+        return self._answer("ff_bytes", lambda m: bytes(m.compute_ff_bytes()))
 
     def compute_ff_tokens(self) -> list[int]:
         state = self._state

@@ -414,6 +414,17 @@ class WorkerProcess:
                 continue
         return total / 1e9
 
+    def constraint_cpu(self) -> float:
+        """The CPU seconds the worker says it spent enforcing constraints (its /metrics counter
+        `agentserve_worker_constraint_cpu_seconds_total`, timed around the steering itself)."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("agentserve_worker_constraint_cpu_seconds_total"):
+                    return float(line.rsplit(" ", 1)[1])
+        raise RuntimeError("the worker reports no constraint CPU")
+
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
@@ -427,11 +438,11 @@ def scenario(mode: str, tokens: int, streams: int, distinct: bool) -> dict[str, 
 
 
 async def worker_batch(
-    worker: WorkerProcess, streams: int, tokens: int, constrained: bool, tag: str
-) -> tuple[float, int, int]:
+    worker: WorkerProcess, streams: int, tokens: int, constrained: bool, tag: str, first: int = 0
+) -> tuple[float, int, int, float]:
     """The worker's CPU seconds, tokens and frames for N concurrent streams over the mux (msgpack
-    frames, one connection, as the frontend's `WorkerClient`); stream k's prompt starts with
-    `stream k:` (`scenario`)."""
+    frames, one connection, as the frontend's `WorkerClient`), and the CPU seconds it says its
+    constraints took; stream k's prompt starts with `stream {first + k}:` (`scenario`)."""
     from agentserve.constraints.spec import Constraint
     from agentserve.worker.client import WorkerClient
     from agentserve.worker.engine import GenerateRequest, SamplingParams
@@ -449,7 +460,7 @@ async def worker_batch(
         constraint = Constraint(built.grammar, built.json_schema)
     sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
     prompts = [
-        TOKENIZER.encode(f"stream {i}: ") + [1000 + (i * 7919 + j) % 4000 for j in range(64 + i)]
+        TOKENIZER.encode(f"stream {first + i}: ") + [1000 + (i * 7919 + j) % 4000 for j in range(64 + i)]
         for i in range(streams)
     ]
 
@@ -464,10 +475,12 @@ async def worker_batch(
             return got, frames
 
         await one(-1, [999] * 32)  # the connection, and the grammar compiled, before the clock
+        s0 = worker.constraint_cpu()  # outside the CPU window: a scrape costs the worker CPU too
         c0 = worker.cpu()
         done = await asyncio.gather(*(one(i, prompts[i]) for i in range(streams)))
         cpu = worker.cpu() - c0
-    return cpu, sum(d[0] for d in done), sum(d[1] for d in done)
+        steering = worker.constraint_cpu() - s0
+    return cpu, sum(d[0] for d in done), sum(d[1] for d in done), steering
 
 
 def worker_cpu(
@@ -476,30 +489,38 @@ def worker_cpu(
     """Worker CPU µs per generated token, unconstrained vs constrained, on twin worker processes
     serving their batches at the same time (the machine's state, which moves the CPU of one batch
     by ±20 % here, is the same for both), the roles swapped every batch (one process's own quirks
-    cancel): the minimum and the median of each, the median of the paired differences, and tokens
-    per frame. `kind` as `sim_cpu`'s."""
-    scripts = scenario(mode, tokens, streams, distinct=kind == "anew")
+    cancel): the minimum and the median of each, the median of the paired differences, the median
+    of what the constrained worker says its constraints took (`steering`, µs per token: its
+    /metrics counter), and tokens per frame. `kind` as `sim_cpu`'s. Before the clock each twin
+    serves a batch of each kind on scripts the measured batches never use: what a worker that has
+    served this grammar a while holds (llguidance's lexer states, `constraints.states`), while
+    every measured script is still new to it."""
+    scripts = scenario(mode, tokens, 2 * streams, distinct=kind == "anew")
     twins = (WorkerProcess(scripts, speedup, kind), WorkerProcess(scripts, speedup, kind))
     runs: dict[bool, list[float]] = {False: [], True: []}
     diffs: list[float] = []
+    steering: list[float] = []
     per_frame = 0.0
 
-    async def pair(rep: int) -> list[tuple[float, int, int]]:
+    async def pair(rep: int, first: int = 0) -> list[tuple[float, int, int, float]]:
         plain, steered = twins if rep % 2 == 0 else twins[::-1]
         return list(
             await asyncio.gather(
-                worker_batch(plain, streams, tokens, False, f"{mode}-0-{rep}"),
-                worker_batch(steered, streams, tokens, True, f"{mode}-1-{rep}"),
+                worker_batch(plain, streams, tokens, False, f"{mode}-0-{rep}-{first}", first),
+                worker_batch(steered, streams, tokens, True, f"{mode}-1-{rep}-{first}", first),
             )
         )
 
     try:
+        for rep in range(2):
+            asyncio.run(pair(rep, first=streams))  # the warm-up
         for rep in range(reps):
-            (cpu0, got0, _), (cpu1, got1, frames1) = asyncio.run(pair(rep))
+            (cpu0, got0, _, _), (cpu1, got1, frames1, spent) = asyncio.run(pair(rep))
             base, cons = cpu0 * 1e6 / max(got0, 1), cpu1 * 1e6 / max(got1, 1)
             runs[False].append(base)
             runs[True].append(cons)
             diffs.append(cons - base)
+            steering.append(spent * 1e6 / max(got1, 1))
             per_frame = got1 / max(frames1, 1)
     finally:
         for worker in twins:
@@ -510,6 +531,7 @@ def worker_cpu(
         "base_median": statistics.median(runs[False]),
         "cons_median": statistics.median(runs[True]),
         "paired": statistics.median(diffs),
+        "steering": statistics.median(steering),
         "tokens_per_frame": per_frame,
     }
 
@@ -670,6 +692,8 @@ def worker_part(quick: bool, speedup: float) -> None:
                 f"{got['base_median']:5.2f}), constrained {got['cons']:5.2f} ({got['cons_median']:5.2f}): "
                 f"added, minima {added:+5.2f} µs/token = {added / got['base'] * 100:+5.1f} %, median of "
                 f"pairs {got['paired']:+5.2f} = {got['paired'] / got['base_median'] * 100:+5.1f} %; "
+                f"the worker's own account (its constraint CPU, median) {got['steering']:4.2f} µs/token = "
+                f"{got['steering'] / got['base_median'] * 100:4.1f} %; "
                 f"{got['tokens_per_frame']:.2f} tokens/frame"
             )
 

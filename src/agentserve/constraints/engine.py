@@ -425,12 +425,13 @@ class _Probe:
     steps are decided by a handful of candidates (the script's next token, a closer), so most cost
     no mask."""
 
-    __slots__ = ("_left", "_matcher", "computed")
+    __slots__ = ("_left", "_matcher", "computed", "fresh")
 
     def __init__(self, matcher: Tracked, budget: int) -> None:
         self._matcher = matcher
         self._left = budget
-        self.computed: bytes | None = None  # the mask, once computed
+        self.computed: bytes | None = matcher.known_mask()  # the mask, once known
+        self.fresh = False  # the mask was computed at this step (not remembered of the state)
 
     def allowed(self, token: int) -> bool:
         mask = self.computed
@@ -438,7 +439,7 @@ class _Probe:
             if self._left:
                 self._left -= 1
                 return self._matcher.allows(token)
-            mask = self.computed = self._matcher.compute_bitmask()
+            mask = self.mask()
         byte = token >> 3
         return byte < len(mask) and (mask[byte] >> (token & 7)) & 1 == 1
 
@@ -476,6 +477,7 @@ class _Probe:
     def mask(self) -> bytes:
         if self.computed is None:
             self.computed = self._matcher.compute_bitmask()
+            self.fresh = True
         return self.computed
 
 
@@ -775,6 +777,12 @@ def _steer(
         # state took before without looking at its script is taken again where this script does
         # not change it either (its token's allowed prefix would: `prefixes`).
         free = not pending and len(out) < next_scan
+        if free:  # the steps remembered from here, while memory answers the questions above
+            before = len(out)
+            i = matcher.replay(script, i, out, min(max_tokens, next_scan), max_tokens, prefixes, REPEATS)
+            if len(out) > before:
+                diverged += len(out) - before
+                continue
         remembered = matcher.step() if free else None
         if remembered is not None:
             by_grammar, tokens = remembered
@@ -861,9 +869,9 @@ def _steer(
                 i = script.index(chosen, i) + 1  # a block closed early: the script goes on after it
             elif chosen is not None and i < n:
                 i += 1  # the forbidden scripted token is replaced by the chosen one
-            if free and chosen is not None and chosen not in closing and probe.computed is None:
+            if free and chosen is not None and chosen not in closing and not probe.fresh:
                 matcher.remember_step(here, False, (chosen,))
-        masks += probe.computed is not None
+        masks += probe.fresh
         if chosen is None or not matcher.consume_token(chosen):
             break
         if source >= 0:

@@ -14,7 +14,7 @@ tokens are its own); the trie is bounded by `MEMO_STATES` and `MEMO_DEPTH`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar, cast
 
 from llguidance import LLMatcher
@@ -25,13 +25,17 @@ RUN_KEY = 16  # token lists of at most this many are remembered whole (a forced 
 # Answers kept per state: the tokens asked about are the script's (its next token, a resync
 # window's), so a state many scripts pass would otherwise collect the whole vocabulary.
 ANSWERS = 1024
+# Vocabulary masks kept per grammar, at the states where the steering needed one (a resync scan at
+# the answer's start, where the script's prose is refused): 19 KB each over a 150k vocabulary.
+MEMO_MASKS = 16
 
 T = TypeVar("T")
 
 
 class _State:
     __slots__ = (
-        "accepting", "allowed", "ff_bytes", "ff_tokens", "firsts", "next", "runs", "step", "stopped",
+        "accepting", "allowed", "ff_bytes", "ff_tokens", "firsts", "mask", "next", "runs", "step",
+        "stopped",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -42,6 +46,7 @@ class _State:
         self.stopped: bool | None = None
         self.ff_bytes: bytes | None = None
         self.ff_tokens: tuple[int, ...] | None = None
+        self.mask: bytes | None = None
         self.next: dict[int, _State] = {}
         # The step taken here without looking at the script: (forced, tokens) (`Tracked.step`).
         self.step: tuple[bool, tuple[int, ...]] | None = None
@@ -53,6 +58,7 @@ class StateMemo:
     def __init__(self) -> None:
         self.root = _State()
         self.states = 1
+        self.masks = 0
 
 
 class Tracked:
@@ -167,6 +173,55 @@ class Tracked:
         if state is not None:
             state.step = (forced, tokens)
 
+    def replay(
+        self,
+        script: Sequence[int],
+        i: int,
+        out: list[int],
+        limit: int,
+        budget: int,
+        prefixes: Callable[[int], Sequence[int]] | None,
+        repeats: int,
+    ) -> int:
+        """The steps remembered at the states from here (`step`), taken in a row while memory
+        alone answers every question `steer`'s loop asks before taking one: running, not
+        accepting, the script's token at `i` refused, a chosen token's allowed prefix refused,
+        the same token not chosen `repeats` times in a row, the step's tokens allowed and their
+        states known. The call's opening then costs dictionary lookups, not a loop turn of method
+        calls per token; where memory falls short the loop takes the step itself. Appends to
+        `out` while it is shorter than `limit` (forced tokens must fit in `budget`); returns the
+        script position after the steps."""
+        n, state, depth = len(script), self._state, self._depth
+        while state is not None and len(out) < limit:
+            step = state.step
+            if step is None or state.stopped is not False or state.accepting is not False:
+                break
+            if i < n and state.allowed.get(script[i]) is not False:
+                break
+            forced, tokens = step
+            if forced:
+                if len(tokens) > budget - len(out) or not self._known(state, tokens):
+                    break
+                after: _State | None = state
+                for token in tokens:
+                    after = after.next.get(token) if after is not None else None
+            else:
+                token = tokens[0]
+                shorter = prefixes(script[i]) if i < n and prefixes is not None else ()
+                if shorter and state.allowed.get(shorter[-1]) is not False:
+                    break
+                if len(out) >= repeats and out[-repeats:] == [token] * repeats:
+                    break
+                after = state.next.get(token) if state.allowed.get(token) is True else None
+            if after is None:
+                break
+            i += not forced and i < n  # a chosen token replaces the refused scripted one
+            self._debt += tokens
+            out += tokens
+            state, depth = after, depth + len(tokens)
+        self._state, self._depth = state, depth
+        return i
+
     def _answer(self, fact: str, ask: Callable[[LLMatcher], T]) -> T:
         """`ask` of the matcher, remembered as the state's `fact` where the state is known."""
         state = self._state
@@ -203,9 +258,17 @@ class Tracked:
                 state.allowed[state.ff_tokens[0]] = True
         return list(state.ff_tokens)
 
+    def known_mask(self) -> bytes | None:
+        """This state's vocabulary mask, where one was computed here before."""
+        return self._state.mask if self._state is not None else None
+
     def compute_bitmask(self) -> bytes:
-        # not remembered: a mask is rare here, and one over a 150k vocabulary is 19 KB
-        return self._synced().compute_bitmask()
+        mask = self._synced().compute_bitmask()
+        state, memo = self._state, self._memo
+        if state is not None and memo is not None and memo.masks < MEMO_MASKS:
+            state.mask = mask
+            memo.masks += 1
+        return mask
 
     # -- moves -------------------------------------------------------------------------------------
 
@@ -257,7 +320,7 @@ class Tracked:
         return self._synced().get_error()
 
     @staticmethod
-    def _known(state: _State, tokens: list[int]) -> bool:
+    def _known(state: _State, tokens: Sequence[int]) -> bool:
         if len(tokens) == 1:
             return state.allowed.get(tokens[0]) is True
         return state.runs.get(tuple(tokens)) == len(tokens) if len(tokens) <= RUN_KEY else False

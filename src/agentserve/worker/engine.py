@@ -290,6 +290,10 @@ class Load:
     requests_finished: int = 0
     requests_aborted: int = 0
     preemptions: int = 0
+    constrained_requests: int = 0  # requests that came with a constraint (`constraints.spec`)
+    # CPU seconds this process spent enforcing them (compiling grammars, steering under the mask):
+    # None where the engine does that out of sight (TensorRT-LLM's guided decoder, in its executor).
+    constraint_cpu_seconds: float | None = None
 
     @property
     def kv_usage(self) -> float:

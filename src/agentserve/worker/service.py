@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, replace
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
@@ -170,6 +170,17 @@ class EngineCollector(Collector):
             "requests_aborted", "Requests aborted (caller gone or engine stop)", load.requests_aborted
         )
         yield counter("preemptions", "Requests preempted for KV space", load.preemptions)
+        yield counter(
+            "constrained_requests", "Requests with a constraint (tool_choice, strict, output schema)",
+            load.constrained_requests,
+        )  # fmt: skip
+        if load.constraint_cpu_seconds is not None:
+            yield counter(
+                "constraint_cpu_seconds",
+                "CPU seconds spent enforcing constraints: compiling grammars, steering under the mask "
+                "(against process_cpu_seconds_total: the share of the worker's CPU they cost)",
+                load.constraint_cpu_seconds,
+            )
         if self.publisher is not None:
             yield counter("kv_events_published", "KV events published", self.publisher.events_published)
 
@@ -202,6 +213,7 @@ def create_app(
     real model loads) and the KV event publisher, and stops both. `facts` (scheduler limits, the
     sim's clock) go out on /info for clients that measure the engine (`agentserve profile`)."""
     registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)  # process_cpu_seconds_total: what the worker's CPU shares are of
     rate = Rate()
     registry.register(EngineCollector(engine, model, publisher, rate))
     start_error: list[str] = []

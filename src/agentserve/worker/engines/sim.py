@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import math
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -242,6 +243,8 @@ class SimEngine:
         self.scheduler = Scheduler(self.pool, self.config.scheduler, self.config.hash_seed)
         self._streams: dict[str, _SimStream] = {}
         self._plans: OrderedDict[tuple[object, ...], tuple[list[int], list[str]]] = OrderedDict()
+        self._constrained = 0  # requests with a constraint, and the CPU spent enforcing them (`Load`)
+        self._constraint_cpu = 0.0
         self._hub = hub if hub is not None else EventHub()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -406,6 +409,8 @@ class SimEngine:
             requests_finished=s.finished_count,
             requests_aborted=s.aborted_count,
             preemptions=s.preemptions,
+            constrained_requests=self._constrained,
+            constraint_cpu_seconds=self._constraint_cpu,
         )
 
     # -- submission -------------------------------------------------------------------------------
@@ -446,6 +451,8 @@ class SimEngine:
         seed = sampling.seed if sampling.seed is not None else len(original)
         need = resumed + sampling.max_tokens
         if request.constraint is not None:  # the grammar's mask steers the plan (worker/constrained.py)
+            self._constrained += 1
+            started = time.thread_time()
             steered = constrained_plan(
                 self.tokenizer,
                 request.constraint,
@@ -456,13 +463,16 @@ class SimEngine:
                 seed=seed,
             )
             ids, pieces, complete = steered.token_ids, steered.pieces, steered.complete
+            self._constraint_cpu += time.thread_time() - started
         logprobs: list[TokenLogprob] | None = None
         if sampling.logprobs is not None or sampling.logit_bias:  # worker/sampling.py
             if request.constraint is not None:
+                started = time.thread_time()
                 sampled = constrained_sample(
                     self.tokenizer, request.constraint, ids, sampling=sampling, need=need, seed=seed
                 )
                 complete = sampled.complete
+                self._constraint_cpu += time.thread_time() - started
             else:
                 sampled = sample_plan(
                     ids[:need],

@@ -119,6 +119,8 @@ class DpSimEngine:
             requests_finished=sum(x.requests_finished for x in loads),
             requests_aborted=sum(x.requests_aborted for x in loads),
             preemptions=sum(x.preemptions for x in loads),
+            constrained_requests=sum(x.constrained_requests for x in loads),
+            constraint_cpu_seconds=sum(x.constraint_cpu_seconds or 0.0 for x in loads),
         )
 
 

@@ -273,6 +273,7 @@ class TrtLlmEngine:
         self._generated = 0
         self._finished = 0
         self._aborted = 0
+        self._constrained = 0  # requests sent with GuidedDecodingParams
         self.abort_grace_s = ABORT_GRACE_S
         self.fatal_error: str | None = None  # the executor died: not ready, /health fails
         self._failures = 0
@@ -383,6 +384,7 @@ class TrtLlmEngine:
                     self._kwargs.get("guided_decoding_backend"),
                 )
                 kwargs["guided_decoding"] = self._guided_cls(**guide)
+                self._constrained += 1
             params = self._sampling_cls(**kwargs)
             extra: dict[str, Any] = {}
             if request.cache_salt is not None:  # only when set: older releases lack the argument
@@ -476,6 +478,7 @@ class TrtLlmEngine:
             generated_tokens=self._generated,
             requests_finished=self._finished,
             requests_aborted=self._aborted,
+            constrained_requests=self._constrained,
         )
 
     def _count_step(self, step: Step, prompt_tokens: int) -> None:

@@ -10,6 +10,7 @@ import zmq
 import zmq.asyncio
 from worker_served import served
 
+from agentserve.constraints.spec import Constraint
 from agentserve.worker.client import WorkerClient, WorkerError
 from agentserve.worker.engine import (
     AllCleared,
@@ -209,6 +210,40 @@ async def test_health_ready_load_info_and_metrics(tokenizer: HFTokenizer) -> Non
         assert metrics["agentserve_worker_generation_tokens_total"] == load.generated_tokens
         assert "agentserve_worker_generation_tokens_per_second" in metrics
         assert 'model="m1"' in text
+        assert metrics["agentserve_worker_constrained_requests_total"] == 0
+        assert "process_cpu_seconds_total" in text  # what the constraint CPU is a share of
+
+
+async def test_metrics_count_constrained_requests_and_the_cpu_their_constraints_took(
+    tokenizer: HFTokenizer,
+) -> None:
+    engine = sim(tokenizer)
+
+    async def scrape(http: httpx.AsyncClient, url: str) -> dict[str, float]:
+        text = (await http.get(url + "/metrics")).text
+        return {
+            line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("agentserve_worker_constrain")
+        }
+
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    constraint = Constraint(f"start: %json{json.dumps(schema)}\n", schema)
+    async with served(engine) as srv, WorkerClient(srv.url) as client, httpx.AsyncClient() as http:
+        await steps_of(client, req("plain"))
+        before = await scrape(http, srv.url)
+        assert before == {
+            "agentserve_worker_constrained_requests_total": 0,
+            "agentserve_worker_constraint_cpu_seconds_total": 0,
+        }
+        request = GenerateRequest(
+            "c", PROMPT, SamplingParams(max_tokens=64), hints=HINTS, constraint=constraint
+        )
+        text = tokenizer.decode([t for s in await steps_of(client, request) for t in s.token_ids])
+        assert json.loads(text.removesuffix("<|im_end|>")) in ({"ok": True}, {"ok": False})
+        after = await scrape(http, srv.url)
+        assert after["agentserve_worker_constrained_requests_total"] == 1
+        assert after["agentserve_worker_constraint_cpu_seconds_total"] > 0  # the grammar compiled, at least
 
 
 class _SlowEngine(SimEngine):

@@ -474,6 +474,10 @@ class _Probe:
         # `_allowed` inlined: this runs over the rest of the candidates (tens of them) at C speed
         return next((t for t in rest if t >> 3 < size and (mask[t >> 3] >> (t & 7)) & 1), None)
 
+    def few(self) -> frozenset[int] | None:
+        """The tokens the state allows, where known and few (`Tracked.few_allowed`)."""
+        return self._matcher.few_allowed()
+
     def mask(self) -> bytes:
         if self.computed is None:
             self.computed = self._matcher.compute_bitmask()
@@ -509,10 +513,17 @@ def _any_allowed(
     return byte * 8 + bits[rng.randrange(len(bits))], True
 
 
-def _resync(probe: _Probe, script: Sequence[int], i: int) -> tuple[int | None, int]:
+def _resync(
+    probe: _Probe, script: Sequence[int], i: int, tokens: Callable[[], frozenset[int]]
+) -> tuple[int | None, int]:
     """The script's next allowed token after position i (within `RESYNC_WINDOW`) and the position
     after it; (None, i) when there is none. Each distinct token is looked up once, in the order of
-    first occurrence (`_window`): prose repeats its tokens."""
+    first occurrence (`_window`): prose repeats its tokens. Where the state is known to allow few
+    tokens, none of which the script has (`tokens`: its token set, built once), no window is read:
+    the call's opening refuses every word of prose."""
+    few = probe.few()
+    if few is not None and few.isdisjoint(tokens()):
+        return None, i
     token = probe.first(_window(script, i))
     if token is None:
         return None, i
@@ -734,6 +745,13 @@ def _steer(
     next_scan = 0  # output length from which the script may be searched again
     verdict: bool | None = None  # whether the grammar accepts the output, where a run decided it
     anchor: tuple[Tracked, int] | None = None  # a speculated run's exact state and output length
+    distinct: list[frozenset[int]] = []  # the script's token set, once a resync asks for it
+
+    def script_tokens() -> frozenset[int]:
+        if not distinct:
+            distinct.append(frozenset(script))
+        return distinct[0]
+
     while len(out) < max_tokens and matcher.running():
         room = max_tokens - len(out)
         if i < n:
@@ -842,7 +860,7 @@ def _steer(
             if chosen is not None:
                 i += 1
         if chosen is None and len(out) >= next_scan:
-            chosen, i = _resync(probe, script, i)
+            chosen, i = _resync(probe, script, i, script_tokens)
             if chosen is None:
                 next_scan = len(out) + RESCAN_AFTER  # the script is far off: look again later
             else:

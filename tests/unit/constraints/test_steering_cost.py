@@ -200,13 +200,23 @@ def test_a_script_that_ends_the_answer_is_validated_not_consumed() -> None:
     assert cut.token_ids == ids[:-3] and not cut.complete
 
 
-def test_remembered_states_give_the_same_answers() -> None:
+PROSE = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+    "quebec romeo sierra tango uniform victor whiskey xray yankee zulu apple berry cherry damson elder "
+    "fig grape"
+).split()
+
+
+@pytest.mark.parametrize("choice", [ToolChoice("named", "Bash"), ToolChoice("required")])
+def test_remembered_states_give_the_same_answers(choice: ToolChoice) -> None:
     """The states the steering's own tokens reach are remembered per grammar (`StateMemo`) and
-    answer later requests, whatever their scripts: every output is what a fresh steering gives."""
+    answer later requests, whatever their scripts: every output is what a fresh steering gives.
+    What a state keeps (llguidance's answers, its mask, a real matcher at it, the step taken from
+    it) changes the cost only."""
     from agentserve.constraints.engine import steer
     from agentserve.constraints.states import StateMemo
 
-    source = grammar(GenerationOptions("m", tool_choice=ToolChoice("named", "Bash")))
+    source = grammar(GenerationOptions("m", tool_choice=choice))
     memo = StateMemo()
     scripts = [
         "I will list the files now.",
@@ -215,6 +225,10 @@ def test_remembered_states_give_the_same_answers() -> None:
         call("Read", {"path": "x"}),
         'He said "hi" and left {',
         "",
+        "then\n\nmore words " * 12,
+        # more distinct words than a step asks about one by one, then a token the start allows: the
+        # resync finds it through the mask (remembered from the script before)
+        " ".join(PROSE) + "\n\n" + " ".join(PROSE[:5]),
     ]
 
     def run(script: str, seed: int, remembered: StateMemo | None) -> Steered:
@@ -236,6 +250,9 @@ def test_remembered_states_give_the_same_answers() -> None:
             check = ENGINE.matcher(source, EOS)
             assert check.try_consume_tokens(fresh.token_ids) == len(fresh.token_ids)
     assert 1 < memo.states <= 256
+    assert memo.matchers >= 1
+    if choice.mode == "required":  # prose refused at the start: a resync there needed the mask
+        assert memo.masks >= 1
 
 
 def test_a_speculated_run_that_does_not_verify_is_steered_again() -> None:

@@ -31,9 +31,14 @@
    unconstrained and a constrained batch at the same time (the machine's state moves one batch's
    CPU by ±20 % here: both see the same), the roles swapped every batch, 8 pairs (2 with --quick):
    the minima, the medians and the median of the paired differences, as a share of the
-   unconstrained worker's CPU per token. `follow` and `steer`, `uncached` / `anew` / `memoized`
-   as in part 2 (the worker started with its memos set so; for `anew` its scenario answers stream
-   k's prompt, `stream k: …`, with a script of its own). Only this part: `--only worker`.
+   unconstrained worker's CPU per token; and the worker's own account, which the machine's noise
+   does not move: the CPU its constraints took (its /metrics counter
+   `agentserve_worker_constraint_cpu_seconds_total`, timed around the steering) per token, as a
+   share of the same. Before the clock each twin serves a batch of each kind on scripts the
+   measured batches never use (a worker that has served this grammar a while). `follow` and
+   `steer`, `uncached` / `anew` / `memoized` as in part 2 (the worker started with its memos set
+   so; for `anew` its scenario answers stream k's prompt, `stream k: …`, with a script of its
+   own). Only this part: `--only worker`.
 3. **End to end**: `agentserve up`'s app in process (frontend, router, 2 zero-time sim workers, via
    httpx's ASGI transport), N concurrent Chat requests, tokens/s with `tool_choice: required` vs
    `auto` on the same script, the ratio.

@@ -25,13 +25,16 @@ RUN_KEY = 16  # token lists of at most this many are remembered whole (a forced 
 # Answers kept per state: the tokens asked about are the script's (its next token, a resync
 # window's), so a state many scripts pass would otherwise collect the whole vocabulary.
 ANSWERS = 1024
-# Vocabulary masks kept per grammar, at the states where the steering needed one (a resync scan at
-# the answer's start, where the script's prose is refused): 19 KB each over a 150k vocabulary.
-MEMO_MASKS = 16
+# Vocabulary masks kept per grammar, at the first states where the steering needed one (a resync
+# scan at the answer's start, where the script's prose is refused): 19 KB each over a 150k
+# vocabulary, so at most ~20 MB over the engine's 256 grammars.
+MEMO_MASKS = 4
 FEW = 256  # a remembered mask allowing at most this many tokens keeps them as a set too
-# Matchers kept per grammar at the states where the steering first needed the real one after
-# tokens it owed it (the call's opening, ~20 tokens): a copy (~2 µs) instead of consuming them again.
-MEMO_MATCHERS = 16
+# Matchers kept per grammar at the first states where the steering needed the real one after at
+# least `KEEP_AFTER` tokens it owed it (the call's opening, ~20 tokens): a copy (~2 µs) instead of
+# consuming them again.
+MEMO_MATCHERS = 4
+KEEP_AFTER = 8
 
 T = TypeVar("T")
 
@@ -100,8 +103,9 @@ class Tracked:
         if self._debt:
             if not matcher.consume_tokens(self._debt):
                 raise RuntimeError(f"llguidance refused tokens it had allowed: {matcher.get_error()}")
-            self._debt = []
-            if state is not None and memo is not None and memo.matchers < MEMO_MATCHERS:
+            owed, self._debt = len(self._debt), []
+            room = memo is not None and memo.matchers < MEMO_MATCHERS
+            if state is not None and memo is not None and room and owed >= KEEP_AFTER:
                 state.matcher = matcher.deep_copy()
                 memo.matchers += 1
         return matcher

@@ -54,7 +54,7 @@ PROBES = 24
 # then what closes strings, objects and arrays, so a forced answer completes in few tokens
 # (any allowed token is valid; these are merely short). Whitespace is never preferred: JSON allows
 # it without end.
-_CLOSERS = ('"', "}", "]", ",", "0", "1")
+_CLOSERS = ('"', "}", "]", ")", ",", "0", "1")
 _FILLERS = ("null", ":")
 # Where no preferred token is allowed, before a seeded random draw: what opens the structure the
 # grammar expects (a JSON object or array; the grammar's own opening markers such as `<tool_call>`,
@@ -65,6 +65,10 @@ _REASONING = re.compile(r"^reasoning: (\S+) thought", re.MULTILINE)  # `constrai
 
 
 _STOP = re.compile(r'\[stop="((?:[^"\\]|\\.)*)"\]')
+# A Lark literal "</…>" where a rule names it (after a space, `(` or `|`: not a stop string, not a
+# string inside a %json schema)
+_CLOSING_LITERAL = re.compile(r'(?:^|(?<=[\s(|]))"(</(?:[^"\\]|\\.)*)"', re.MULTILINE)
+_LITERAL = re.compile(r'(?:^|(?<=[\s(|]))"((?:[^"\\]|\\.)+)"', re.MULTILINE)  # any such literal
 _TOKEN_REF = re.compile(r"<\[([^\]]*)\]>")  # a token by id in llguidance's Lark: `<[151645]>`
 _SET_BYTE = re.compile(rb"[^\x00]")  # a mask byte with an allowed token: found at C speed
 
@@ -90,7 +94,9 @@ class _Aids:
     """One grammar's steering aids (`GrammarEngine._aids`)."""
 
     preferred: tuple[int, ...]  # the preferred tokens the grammar can allow (`referenced`)
-    text_closers: tuple[tuple[int, ...], ...]
+    closers: tuple[tuple[int, ...], ...]  # its stop strings, then its closing literals (`closers`)
+    stop_strings: tuple[tuple[int, ...], ...]  # its stop strings (`stop_strings`)
+    literals: tuple[tuple[int, ...], ...]  # its other literals (`literals`)
     bulk: bool
     openers: tuple[int, ...]
     states: StateMemo = field(default_factory=StateMemo)  # what llguidance said of its states
@@ -108,6 +114,7 @@ class GrammarEngine:
         self._closing: dict[tuple[int, ...], frozenset[int]] = {}
         self._prefixes: dict[int, tuple[int, ...]] = {}
         self._blank: frozenset[int] | None = None
+        self._quote: int | None = None
         self._special: tuple[tuple[int, str], ...] | None = None
         self._spelt: dict[int, bytes] = {}
         self._steering: OrderedDict[tuple[str, tuple[int, ...]], _Aids] = OrderedDict()
@@ -196,6 +203,22 @@ class GrammarEngine:
             self._special = tuple((t, tok.decode_str([t])) for t in ids)
         return self._special
 
+    def literals(self, grammar: str) -> tuple[tuple[int, ...], ...]:
+        """The other string literals of `grammar`'s rules (`<function=Bash>`, `<parameter=`,
+        `Bash(`), as tokens, in the order the grammar names them: what a step writes where the
+        structure goes on as text and no token is preferred, instead of a random draw."""
+        texts = [raw for raw in _LITERAL.findall(grammar) if not raw.startswith("</")]
+        # whitespace alone is no step forward (JSON takes it without end), as `blank` for a draw
+        return tuple(t for t in self._literals(texts) if any(self.spell(token).strip() for token in t))
+
+    def quote(self) -> int:
+        """The token of `"` alone (-1: none): where two in a row are allowed, a step is writing
+        free text (a raw XML value), not closing a JSON string (`steer`'s `quote`)."""
+        if self._quote is None:
+            found = self.tokenizer().tokenize_str('"')
+            self._quote = found[0] if len(found) == 1 else -1
+        return self._quote
+
     def blank(self) -> frozenset[int]:
         """The tokens that spell whitespace alone (a random choice avoids them: `_any_allowed`)."""
         if self._blank is None:
@@ -237,15 +260,23 @@ class GrammarEngine:
                 self._prefixes[token] = hit
         return hit
 
-    def text_closers(self, grammar: str) -> tuple[tuple[int, ...], ...]:
-        """The `stop="…"` strings of a grammar (raw XML values end at their closing tag), as tokens."""
+    def stop_strings(self, grammar: str) -> tuple[tuple[int, ...], ...]:
+        """The `stop="…"` strings of `grammar` (a raw XML value ends at its closing tag), as tokens."""
+        return self._literals(_STOP.findall(grammar))
+
+    def closers(self, grammar: str) -> tuple[tuple[int, ...], ...]:
+        """What closes a structure of `grammar` written as text, as tokens: its `stop="…"` strings,
+        then its literals shaped `</…>` (the XML families' `</function>`, `</invoke>`), in the
+        order the grammar names them."""
+        return tuple(
+            dict.fromkeys([*self.stop_strings(grammar), *self._literals(_CLOSING_LITERAL.findall(grammar))])
+        )
+
+    def _literals(self, sources: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+        """Lark string literals' bodies (JSON escapes) as tokens, in order, once each."""
         tok = self.tokenizer()
-        found = []
-        for raw in _STOP.findall(grammar):
-            text = json.loads(f'"{raw}"')
-            if text:
-                found.append(tuple(tok.tokenize_str(text)))
-        return tuple(found)
+        texts = [json.loads(f'"{raw}"') for raw in sources]
+        return tuple(dict.fromkeys(tuple(tok.tokenize_str(text)) for text in texts if text))
 
     def steer(
         self,
@@ -274,7 +305,10 @@ class GrammarEngine:
             stop_ids=stop_ids,
             ends=eos,
             prefixes=self.prefixes,
-            text_closers=aids.text_closers,
+            closers=aids.closers,
+            stop_strings=aids.stop_strings,
+            literals=aids.literals,
+            quote=self.quote(),
             blank=self.blank(),
             tokenize=self.tokenizer(eos).tokenize_bytes,
             spell=self.spell,
@@ -291,7 +325,9 @@ class GrammarEngine:
         if hit is None:
             hit = _Aids(
                 self.referenced(grammar, eos),
-                self.text_closers(grammar),
+                self.closers(grammar),
+                self.stop_strings(grammar),
+                self.literals(grammar),
                 bulk_safe(grammar),
                 self.openers(grammar, eos),
             )
@@ -321,24 +357,31 @@ class GrammarEngine:
         return tuple(dict.fromkeys([*ids, *(token for _, token in sorted(named))]))
 
     def referenced(self, grammar: str, eos: tuple[int, ...]) -> tuple[int, ...]:
-        """`preferred(eos)` without the special tokens `grammar` cannot allow anywhere. llguidance
+        """`preferred(eos)` for `grammar`: its end-of-turn ids and closing markers, then the special
+        tokens it names that open a block (`openers`), then the rest, less the special tokens
+        `grammar` cannot allow anywhere. llguidance
         allows a special token only where the grammar names it (`<name>`, `<[id]>`; never inside a
         string, a regex or JSON), so the others need no check at a step (each costs a
         `validate_tokens`); an id range or any other `<[…]>` form keeps them all. The end-of-turn
         ids too: a step is taken only where the grammar does not accept, where llguidance allows
         them only if the grammar names them."""
+        tok = self.tokenizer(eos)
         preferred = self.preferred(eos)
         refs = _TOKEN_REF.findall(grammar)
-        if not all(ref.isdigit() for ref in refs):
-            return preferred
-        ids = {int(ref) for ref in refs}
-        tok = self.tokenizer(eos)
+        if all(ref.isdigit() for ref in refs):
+            ids = {int(ref) for ref in refs}
 
-        def named(token: int) -> bool:  # `<tool_call>` by name, `[/INST]` only by id
-            text = tok.decode_str([token])
-            return token in ids or (text.startswith("<") and text in grammar)
+            def named(token: int) -> bool:  # `<tool_call>` by name, `[/INST]` only by id
+                text = tok.decode_str([token])
+                return token in ids or (text.startswith("<") and text in grammar)
 
-        return tuple(t for t in preferred if not tok.is_special_token(t) or named(t))
+            preferred = tuple(t for t in preferred if not tok.is_special_token(t) or named(t))
+        # The grammar's own opening markers right after the closing ones: where one is allowed
+        # with punctuation or digits (Kimi's `functions.Bash:0` then `<|tool_call_argument_begin|>`)
+        # the marker goes on with the structure, where a digit would run on.
+        specials = [t for t in preferred if tok.is_special_token(t)]
+        marks = [t for t in self.openers(grammar, eos) if tok.is_special_token(t)]
+        return tuple(dict.fromkeys([*specials, *marks, *preferred]))
 
     def closing(self, eos: tuple[int, ...]) -> frozenset[int]:
         """The special tokens that close a block (`</think>`, `</tool_call>`): when the sim has to
@@ -513,6 +556,37 @@ def _any_allowed(
     return byte * 8 + bits[rng.randrange(len(bits))], True
 
 
+def _verified(
+    anchor: tuple[Tracked, int, int],
+    out: list[int],
+    verdict: bool,
+    end: int,
+    ends: Container[int],
+    stops: Sequence[Sequence[int]],
+) -> bool:
+    """Whether the output from a speculated run on is what the grammar allows from the run's exact
+    state, accepting where `verdict` says (the end token is allowed exactly where it accepts).
+    llguidance's validation stops where a lazy lexeme ends at its stop string (a raw XML value at
+    `</parameter>`). Where it stops there, past the run, the rest was taken by the branch after
+    the same stop string, and a lexeme's text does not change the parser's state after it: the
+    rest holds. Else a copy consumes the output (which sees past a stop, at ~0.8 µs a token)."""
+    exact, at, run = anchor
+    tail = out[at:]
+    ended = bool(tail) and tail[-1] in ends
+    checked, need = tail if ended else [*tail, end], len(tail) + (not ended and verdict)
+    valid = exact.validate_tokens(checked)
+    if valid == need:
+        return True
+    if any(valid == run + len(s) and tail[run:valid] == list(s) for s in stops):
+        return True
+    return exact.try_consume_copy(checked) == need
+
+
+def _allowed_whole(matcher: Tracked, texts: Sequence[Sequence[int]]) -> Sequence[int] | None:
+    """The first of `texts` (a literal's tokens) the grammar allows whole here."""
+    return next((t for t in texts if t and matcher.validate_tokens(list(t)) == len(t)), None)
+
+
 def _resync(
     probe: _Probe, script: Sequence[int], i: int, tokens: Callable[[], frozenset[int]]
 ) -> tuple[int | None, int]:
@@ -654,7 +728,10 @@ def steer(
     stop_ids: Sequence[int] = (),
     ends: Sequence[int] = (),
     prefixes: Callable[[int], Sequence[int]] | None = None,
-    text_closers: Sequence[Sequence[int]] = (),
+    closers: Sequence[Sequence[int]] = (),
+    stop_strings: Sequence[Sequence[int]] = (),
+    literals: Sequence[Sequence[int]] = (),
+    quote: int = -1,
     openers: Sequence[int] = (),
     blank: Container[int] = frozenset(),
     tokenize: Callable[[bytes], list[int]] | None = None,
@@ -665,19 +742,22 @@ def steer(
     """The output under `matcher`'s grammar: the script while its next token is allowed; when it is
     not, the end of the turn if the grammar may end here, else the tokens the grammar forces
     (`compute_ff_tokens`, else the script's next token spelling its forced bytes (`spell`: a token's
-    bytes), else those bytes as `tokenize` spells them), else the longest allowed
-    token spelling a prefix of the scripted one (`prefixes`: `")` of a `"),` whose comma is
-    forbidden), else the script's next allowed token within `RESYNC_WINDOW` (a forced call skips
-    the prose before it), else a preferred allowed token (`preferred`), else an opener (`openers`:
-    `{`, `[`, the grammar's own opening markers), else a seeded random allowed token (not a `blank`
-    one where another is allowed). A chosen token in `closing` (a
-    block closed early, as a spent thinking budget closes `</think>`) resumes the script after the
-    script's own copy of it. Where a preferred token keeps being chosen (free text allows `"`
-    forever), one of `text_closers` (the grammar's `stop` strings, such as `</parameter>`,
-    tokenized) is written instead. Where the grammar accepts and the script goes on with a token it
-    refuses, the turn ends with `stop_ids[0]` (when given): the steering cut the script short, as
-    a mask allowing only the end token does. A script that runs to its end ends there, without
-    one, as it does unconstrained.
+    bytes), else those bytes as `tokenize` spells them), else the longest allowed token spelling a
+    prefix of the scripted one (`prefixes`: `")` of a `"),` whose comma is forbidden), else the
+    script's next allowed token within `RESYNC_WINDOW` (a forced call skips the prose before it),
+    else a preferred allowed token (`preferred`: end and closing markers, the grammar's opening
+    markers, then punctuation), else the first of `closers` the grammar allows whole (its `stop`
+    strings such as `</parameter>`, then its `</…>` literals such as `</function>`), else an opener
+    (`openers`: `{`, `[`, the grammar's own opening markers), else the first of `literals` the
+    grammar allows whole (its other literals: `<function=Bash>`, `<parameter=`), else a seeded
+    random allowed token (not a `blank` one where another is allowed). A closer also replaces the
+    preferred token where that would be `"` (`quote`) and two in a row are allowed (free text, a
+    raw XML value: it would close nothing), or where one preferred token keeps being chosen. A
+    chosen token in `closing` (a block closed early, as a spent thinking budget closes `</think>`)
+    resumes the script after the script's own copy of it. Where the grammar accepts and the script
+    goes on with a token it refuses, the turn ends with `stop_ids[0]` (when given): the steering
+    cut the script short, as a mask allowing only the end token does. A script that runs to its
+    end ends there, without one, as it does unconstrained.
     Every emitted token passed the matcher: the output never holds a token the grammar forbids.
     Cost: where the script is allowed its tokens are validated in bulk (`bulk`: a grammar without
     token limits, `bulk_safe`) and consumed only where the steering goes on after them (`_run`: a
@@ -689,7 +769,8 @@ def steer(
     llguidance says of the states the steering's own tokens reach is remembered there."""
     go = functools.partial(
         _steer, script=script, max_tokens=max_tokens, rng=rng, preferred=preferred, closing=closing,
-        stop_ids=stop_ids, ends=ends or stop_ids, prefixes=prefixes, text_closers=text_closers,
+        stop_ids=stop_ids, ends=ends or stop_ids, prefixes=prefixes, closers=closers,
+        stop_strings=stop_strings, literals=literals, quote=quote,
         openers=openers, blank=blank, tokenize=tokenize, spell=spell,
     )  # fmt: skip
     if bulk and (ends or stop_ids):
@@ -714,7 +795,10 @@ def _steer(
     stop_ids: Sequence[int],
     ends: Sequence[int],
     prefixes: Callable[[int], Sequence[int]] | None,
-    text_closers: Sequence[Sequence[int]],
+    closers: Sequence[Sequence[int]],
+    stop_strings: Sequence[Sequence[int]],
+    literals: Sequence[Sequence[int]],
+    quote: int,
     openers: Sequence[int],
     blank: Container[int],
     tokenize: Callable[[bytes], list[int]] | None,
@@ -744,8 +828,10 @@ def _steer(
     drawn = 0
     next_scan = 0  # output length from which the script may be searched again
     verdict: bool | None = None  # whether the grammar accepts the output, where a run decided it
-    anchor: tuple[Tracked, int] | None = None  # a speculated run's exact state and output length
+    # a speculated run's exact state, where it starts in the output, its length
+    anchor: tuple[Tracked, int, int] | None = None
     distinct: list[frozenset[int]] = []  # the script's token set, once a resync asks for it
+    written: set[tuple[int, ...]] = set()  # the literals written
 
     def script_tokens() -> frozenset[int]:
         if not distinct:
@@ -771,7 +857,7 @@ def _steer(
                         # the run ends the script inside an open lexeme (prose in an argument):
                         # the steering goes on as from the state before it, remembered states and
                         # all, and the output is validated from there at the end
-                        anchor, matcher = (matcher, len(out) - taken), matcher.branch()
+                        anchor, matcher = (matcher, len(out) - taken, taken), matcher.branch()
                         continue
                     _commit(matcher, run)
                     continue
@@ -868,15 +954,26 @@ def _steer(
         if chosen is None:
             chosen = probe.first(wanted)
             repeated = chosen is not None and len(out) >= REPEATS and out[-REPEATS:] == [chosen] * REPEATS
-            if repeated:
+            # `"` where two in a row are allowed writes text (a raw value), closing no string
+            in_text = chosen == quote and bool(closers) and matcher.validate_tokens([quote, quote]) == 2
+            if repeated or in_text:
                 chosen = None  # free text takes the preferred token forever: close it instead
             if chosen is None:
-                closer = next((c for c in text_closers if c and probe.allowed(c[0])), None)
+                closer = _allowed_whole(matcher, closers)
                 if closer is not None:
                     chosen, pending = closer[0], list(closer[1:])
                     free = False
             if chosen is None and not repeated:
                 chosen = probe.first(openers)
+            if chosen is None and not repeated:
+                # one not written yet first: the structure goes on (harmony's `commentary` after
+                # an `analysis` message) rather than round a loop the grammar allows
+                fresh = [t for t in literals if t not in written]
+                literal = _allowed_whole(matcher, fresh) or _allowed_whole(matcher, literals)
+                if literal is not None:
+                    chosen, pending = literal[0], list(literal[1:])
+                    written.add(tuple(literal))
+                    free = False
             if chosen is None:
                 if isinstance(rng, int):  # a seed: the generator is built at the first draw (~5 µs)
                     rng = random.Random(rng)
@@ -898,11 +995,6 @@ def _steer(
         diverged += 1
     if verdict is None:
         verdict = matcher.is_accepting() or matcher.is_stopped()
-    if anchor is not None:
-        exact, at = anchor
-        tail = out[at:]
-        ended = bool(tail) and tail[-1] in end_set
-        # the end token is allowed exactly where the grammar accepts
-        if exact.validate_tokens(tail if ended else [*tail, end]) != len(tail) + (not ended and verdict):
-            return None
+    if anchor is not None and not _verified(anchor, out, verdict, end, end_set, stop_strings):
+        return None
     return Steered(out, verdict, diverged, drawn, tuple(copied), masks)

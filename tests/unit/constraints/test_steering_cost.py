@@ -18,6 +18,10 @@ from agentserve.constraints.build import build
 from agentserve.constraints.engine import Steered, bulk_safe, engine_for
 from agentserve.constraints.spec import Constraint
 from agentserve.conversation import ToolSpec
+from agentserve.families import FAMILIES, get_family
+from agentserve.families.grammar import Markers
+from agentserve.parsing.events import ToolCallEnd, ToolCallStart
+from agentserve.parsing.stream import ParserOptions
 from agentserve.worker.constrained import constrained_plan
 from agentserve.worker.engine import SamplingParams
 from agentserve.worker.tokenizer import token_pieces
@@ -200,11 +204,41 @@ def test_a_script_that_ends_the_answer_is_validated_not_consumed() -> None:
     assert cut.token_ids == ids[:-3] and not cut.complete
 
 
-PROSE = (
-    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
-    "quebec romeo sierra tango uniform victor whiskey xray yankee zulu apple berry cherry damson elder "
-    "fig grape"
-).split()
+PROSE = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+    "apple",
+    "berry",
+    "cherry",
+    "damson",
+    "elder",
+    "fig",
+    "grape",
+]
 
 
 @pytest.mark.parametrize("choice", [ToolChoice("named", "Bash"), ToolChoice("required")])
@@ -287,3 +321,92 @@ def test_a_thought_left_open_is_closed_before_the_forced_call() -> None:
     assert steered.complete and text.startswith("<think>\n" + " ".join(["hmm"] * 80))
     assert text.index("</think>") < text.index("<tool_call>")
     assert len(calls_in(text)) == 1
+
+
+FAMILIES_WITH_CALLS = [f.name for f in FAMILIES if f.grammar is not None]
+AGENT_BASH = ToolSpec(
+    "Bash",
+    "",
+    {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string"},
+            "timeout": {"type": "number", "maximum": 600000},
+            "description": {"type": "string"},
+            "run_in_background": {"type": "boolean"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+    strict=True,
+)
+
+
+@pytest.mark.parametrize("name", FAMILIES_WITH_CALLS)
+@pytest.mark.parametrize("script", [" ".join(PROSE), "I will run it now.", ""])
+def test_prose_forced_into_a_call_is_a_whole_call_in_every_family(name: str, script: str) -> None:
+    """A script of prose under a required call: the steering writes the family's whole call soon
+    after the prose, whatever its syntax — a Kimi call index then its argument marker, the XML
+    families' closing tags, a pythonic call's `)` and `]`, harmony's commentary channel after an
+    analysis message — rather than digits, optional parameters, more calls or empty messages
+    until the budget runs out. The family's own parser reads exactly one Bash call from it."""
+    family = get_family(name)
+    assert family.grammar is not None
+    markers = Markers(ENGINE.specials(family.grammar.marker_strings))
+    options = GenerationOptions("m", tool_choice=ToolChoice("required"))
+    constraint = build(options, (AGENT_BASH,), family.grammar, markers, family=name)
+    assert constraint is not None
+    ids = TOKENIZER.encode(script)
+    steered = ENGINE.steer(
+        ENGINE.matcher(constraint.grammar, EOS), constraint.grammar, ids, eos=EOS,
+        max_tokens=len(ids) + 80, rng=0, stop_ids=EOS, at_start=True,
+    )  # fmt: skip
+    text = TOKENIZER.decode(steered.token_ids)
+    assert steered.complete, text
+    assert ENGINE.matcher(constraint.grammar, EOS).try_consume_tokens(steered.token_ids) == len(
+        steered.token_ids
+    )
+    parser = family.parser(ParserOptions(starts_in_reasoning=family.starts_in_reasoning))
+    events = parser.feed(text.removesuffix("<|im_end|>")) + parser.close()
+    starts = [e for e in events if isinstance(e, ToolCallStart)]
+    assert [s.name for s in starts] in (["Bash"], ["Read"]), (name, text)
+    ends = [e for e in events if isinstance(e, ToolCallEnd)]
+    assert len(ends) == 1, (name, text)
+    required = {"Bash": {"command"}, "Read": {"path"}}[starts[0].name]
+    assert set(json.loads(ends[0].arguments)) == required, (name, text)  # no optional parameter
+
+
+@pytest.mark.parametrize("name", ["qwen3-coder", "minimax-m2"])
+def test_a_speculated_raw_value_verifies_at_its_stop_string(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prose forced into a raw XML value is speculated (not consumed) and the output is verified
+    from before the run. llguidance's validation stops where the value's lazy lexeme ends at
+    `</parameter>`; there the branch wrote the same stop string, so the rest holds without
+    consuming the value (~0.8 µs a token) and without steering the request again."""
+    from agentserve.constraints.states import Tracked
+
+    family = get_family(name)
+    assert family.grammar is not None
+    markers = Markers(ENGINE.specials(family.grammar.marker_strings))
+    options = GenerationOptions("m", tool_choice=ToolChoice("required"))
+    constraint = build(options, (AGENT_BASH,), family.grammar, markers, family=name)
+    assert constraint is not None
+    ids = TOKENIZER.encode(" ".join(PROSE * 3))
+
+    def steer() -> Steered:
+        return ENGINE.steer(
+            ENGINE.matcher(constraint.grammar, EOS), constraint.grammar, ids, eos=EOS,
+            max_tokens=len(ids) + 80, rng=0, stop_ids=EOS,
+        )  # fmt: skip
+
+    exact = steer()  # for comparison
+    copies: list[int] = []
+    monkeypatch.setattr(Tracked, "try_consume_copy", lambda self, tokens: copies.append(1) or 0)
+    steered = steer()
+    assert not copies  # verified at the stop string
+    assert steered.token_ids == exact.token_ids and steered.complete
+    assert any(length >= 48 for _, _, length in steered.copied)  # the prose was a speculated run
+    assert ENGINE.matcher(constraint.grammar, EOS).try_consume_tokens(steered.token_ids) == len(
+        steered.token_ids
+    )

@@ -3,6 +3,7 @@
     PYTHONPATH=src python bench/constrained.py            # full run (~1 min)
     PYTHONPATH=src python bench/constrained.py --quick    # smoke run
     PYTHONPATH=src python bench/constrained.py --only sim --only worker   # the mask cost parts
+    PYTHONPATH=src python bench/constrained.py --family kimi-k2           # another call syntax
 
 1. **Compile** (`constraints.engine.GrammarEngine.check`): per tool schema of a Claude-Code-shaped
    tool list and per hypothesis-generated schema, the grammar of a request forcing that tool (qwen3
@@ -39,6 +40,8 @@
    `steer`, `uncached` / `anew` / `memoized` as in part 2 (the worker started with its memos set
    so; for `anew` its scenario answers stream k's prompt, `stream k: …`, with a script of its
    own). Only this part: `--only worker`.
+Every part writes its constraints in one family's tool-call syntax (`--family`, default qwen3); a
+`follow` script in another family's syntax is the call the steering writes for its prose.
 3. **End to end**: `agentserve up`'s app in process (frontend, router, 2 zero-time sim workers, via
    httpx's ASGI transport), N concurrent Chat requests, tokens/s with `tool_choice: required` vs
    `auto` on the same script, the ratio.
@@ -49,6 +52,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import random
@@ -63,15 +67,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from agentserve.api.options import GenerationOptions, ToolChoice  # noqa: E402
-from agentserve.constraints.build import build  # noqa: E402
+from agentserve.constraints.build import ConstraintError, build  # noqa: E402
 from agentserve.constraints.engine import GrammarEngine  # noqa: E402
+from agentserve.constraints.spec import Constraint  # noqa: E402
 from agentserve.conversation import ToolSpec  # noqa: E402
-from agentserve.families import get_family  # noqa: E402
+from agentserve.families import Family, get_family  # noqa: E402
 from agentserve.families.grammar import Markers  # noqa: E402
 from agentserve.worker.tokenizer import EMBEDDED_TOKENIZER, HFTokenizer  # noqa: E402
 
 TOKENIZER = HFTokenizer.from_file(EMBEDDED_TOKENIZER)
-FAMILY = get_family("qwen3")
+
+
+@dataclasses.dataclass
+class _Syntax:
+    family: Family  # whose tool-call syntax the constraints and `follow` scripts are written in
+
+
+SYNTAX = _Syntax(get_family("qwen3"))  # `--family` sets it
 EOS = (TOKENIZER.encode("<|im_end|>")[0],)
 
 
@@ -136,12 +148,38 @@ def generated_schemas(count: int, seed: int) -> list[dict[str, Any]]:
     return out[:count]
 
 
-def named_grammar(name: str, schema: dict[str, Any], markers: Markers) -> str:
-    tools = (ToolSpec(name, "", schema),)
-    options = GenerationOptions("m", tool_choice=ToolChoice("named", name))
-    constraint = build(options, tools, FAMILY.grammar, markers, family="qwen3")
-    assert constraint is not None
-    return constraint.grammar
+def constraint_for(tools: tuple[ToolSpec, ...], choice: ToolChoice) -> Constraint:
+    """The constraint of a request offering `tools` with `choice`, in `SYNTAX.family`'s syntax."""
+    assert SYNTAX.family.grammar is not None
+    markers = Markers(_probe().specials(SYNTAX.family.grammar.marker_strings))
+    built = build(
+        GenerationOptions("m", tool_choice=choice),
+        tools,
+        SYNTAX.family.grammar,
+        markers,
+        family=SYNTAX.family.name,
+    )
+    assert built is not None
+    return Constraint(built.grammar, built.json_schema)
+
+
+def required_bash() -> Constraint:
+    """The bench's constraint: a call required, the coding agent's Bash tool offered."""
+    return constraint_for((ToolSpec("Bash", "", AGENT_TOOLS["Bash"]),), ToolChoice("required"))
+
+
+_PROBES: list[GrammarEngine] = []
+
+
+def _probe() -> GrammarEngine:
+    """A grammar engine over the bench's tokenizer, to resolve markers (built once)."""
+    if not _PROBES:
+        _PROBES.append(GrammarEngine(TOKENIZER.to_json()))
+    return _PROBES[0]
+
+
+def named_grammar(name: str, schema: dict[str, Any]) -> str:
+    return constraint_for((ToolSpec(name, "", schema),), ToolChoice("named", name)).grammar
 
 
 def pct(values: list[float], q: float) -> float:
@@ -151,14 +189,15 @@ def pct(values: list[float], q: float) -> float:
 
 def compile_times(label: str, schemas: list[tuple[str, dict[str, Any]]]) -> None:
     tokenizer_json = TOKENIZER.to_json()
-    probe = GrammarEngine(tokenizer_json)
-    assert FAMILY.grammar is not None
-    markers = Markers(probe.specials(FAMILY.grammar.marker_strings))
     cold: list[float] = []
     cached: list[float] = []
     failed = 0
     for name, schema in schemas:
-        grammar = named_grammar(name, schema, markers)
+        try:
+            grammar = named_grammar(name, schema)
+        except ConstraintError:  # a schema the family's syntax cannot enforce (an XML raw value's)
+            failed += 1
+            continue
         engine = GrammarEngine(tokenizer_json)
         engine.tokenizer(EOS)  # built once per deployment, not per schema
         t0 = time.perf_counter()
@@ -220,13 +259,30 @@ WORDS = [
 
 def script_for(mode: str, tokens: int, k: int | None = None) -> str:
     """The sim's script: the grammar's own call (`follow`) or prose where a call is required
-    (`steer`); prose of `tokens` words, all "word" (k None) or the k-th seeded sequence of `WORDS`."""
+    (`steer`); prose of `tokens` words, all "word" (k None) or the k-th seeded sequence of `WORDS`.
+    The call holds half the words as its command: written out in qwen3's syntax, and in another
+    family's as the steering writes the prose into a call under `required_bash` (so a whole call
+    in that family's syntax, whatever it is)."""
     rng = random.Random(k)
     words = ["word"] * tokens if k is None else [rng.choice(WORDS) for _ in range(tokens)]
     if mode != "follow":
         return " ".join(words)
+    if SYNTAX.family.name != "qwen3":
+        return _steered(" ".join(words[: tokens // 2]), tokens + 64)
     arguments = {"command": " ".join(words[: tokens // 2])}
     return f'<tool_call>\n{{"name": "Bash", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+
+
+def _steered(prose: str, budget: int) -> str:
+    """The answer the steering gives for `prose` under `required_bash`, without its end token."""
+    grammar = required_bash().grammar
+    engine = _probe()
+    ids = TOKENIZER.encode(prose)
+    out = engine.steer(
+        engine.matcher(grammar, EOS), grammar, ids, eos=EOS, max_tokens=budget, rng=0, stop_ids=EOS
+    )
+    assert out.complete, f"{SYNTAX.family.name}: the steering left the call open"
+    return TOKENIZER.decode([t for t in out.token_ids if t not in EOS])
 
 
 @contextlib.contextmanager
@@ -265,15 +321,7 @@ async def _sim_cpu(
             return script_for(mode, tokens, seen.setdefault(ctx.last_message, len(seen)))
 
     engine = SimEngine(SimConfig(speedup=0), TOKENIZER, Fixed())
-    constraint = None
-    if constrained:
-        assert FAMILY.grammar is not None
-        markers = Markers(GrammarEngine(TOKENIZER.to_json()).specials(FAMILY.grammar.marker_strings))
-        tools = (ToolSpec("Bash", "", AGENT_TOOLS["Bash"]),)
-        constraint = build(
-            GenerationOptions("m", tool_choice=ToolChoice("required")), tools, FAMILY.grammar, markers,
-            family="qwen3",
-        )  # fmt: skip
+    constraint = required_bash() if constrained else None
     await engine.start()
     sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
     prompts = [[1000 + (i * 7919 + j) % 4000 for j in range(64 + i)] for i in range(streams)]
@@ -299,16 +347,9 @@ def steering_alone(mode: str, tokens: int, requests: int) -> tuple[float, float,
     from agentserve.worker.engine import SamplingParams
     from agentserve.worker.tokenizer import token_pieces
 
-    assert FAMILY.grammar is not None
     engine = steering.grammar_engine(TOKENIZER)
-    markers = Markers(engine.specials(FAMILY.grammar.marker_strings))
-    tools = (ToolSpec("Bash", "", AGENT_TOOLS["Bash"]),)
-    options = GenerationOptions("m", tool_choice=ToolChoice("required"))
-    constraint = build(options, tools, FAMILY.grammar, markers, family="qwen3")
-    assert constraint is not None
-    arguments = {"command": " ".join(["word"] * (tokens // 2))}
-    call = f'<tool_call>\n{{"name": "Bash", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
-    ids = TOKENIZER.encode(call if mode == "follow" else " ".join(["word"] * tokens))
+    constraint = required_bash()
+    ids = TOKENIZER.encode(script_for(mode, tokens))
     pieces = token_pieces(TOKENIZER, ids)
     sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
     with memos(False):
@@ -448,21 +489,10 @@ async def worker_batch(
     """The worker's CPU seconds, tokens and frames for N concurrent streams over the mux (msgpack
     frames, one connection, as the frontend's `WorkerClient`), and the CPU seconds it says its
     constraints took; stream k's prompt starts with `stream {first + k}:` (`scenario`)."""
-    from agentserve.constraints.spec import Constraint
     from agentserve.worker.client import WorkerClient
     from agentserve.worker.engine import GenerateRequest, SamplingParams
 
-    constraint = None
-    if constrained:
-        assert FAMILY.grammar is not None
-        markers = Markers(GrammarEngine(TOKENIZER.to_json()).specials(FAMILY.grammar.marker_strings))
-        tools = (ToolSpec("Bash", "", AGENT_TOOLS["Bash"]),)
-        built = build(
-            GenerationOptions("m", tool_choice=ToolChoice("required")), tools, FAMILY.grammar, markers,
-            family="qwen3",
-        )  # fmt: skip
-        assert built is not None
-        constraint = Constraint(built.grammar, built.json_schema)
+    constraint = required_bash() if constrained else None
     sampling = SamplingParams(max_tokens=tokens + 64, stop_token_ids=EOS, include_stop=True)
     prompts = [
         TOKENIZER.encode(f"stream {first + i}: ") + [1000 + (i * 7919 + j) % 4000 for j in range(64 + i)]
@@ -604,6 +634,11 @@ def main() -> None:
         default=1.0,
         help="the worker measurement's sim time scale (1: the timing profile's real time)",
     )
+    parser.add_argument(
+        "--family",
+        default="qwen3",
+        help="the tool-call syntax of the constraint and of the `follow` script (a family with a grammar)",
+    )
     parser.add_argument("--serve-worker", help=argparse.SUPPRESS)
     parser.add_argument("--script", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -614,6 +649,9 @@ def main() -> None:
         port, events = (int(p) for p in args.serve_worker.split(","))
         serve_worker(port, events, args.script, args.speedup, args.memo)
         return
+    SYNTAX.family = get_family(args.family)
+    if SYNTAX.family.grammar is None:
+        parser.error(f"{args.family} writes no tool calls (no grammar)")
     parts = set(args.only or ["compile", "sim", "worker", "e2e"])
     if "compile" in parts:
         compile_part(args.quick)
@@ -627,19 +665,19 @@ def main() -> None:
 
 def compile_part(quick: bool) -> None:
     generated = 60 if quick else 300
-
-    print("1. compile time per schema (a request forcing that tool, qwen3 syntax, llguidance)")
+    syntax = SYNTAX.family.name
+    print(f"1. compile time per schema (a request forcing that tool, {syntax} syntax, llguidance)")
     compile_times("coding-agent tools", list(AGENT_TOOLS.items()))
     compile_times(
         "hypothesis-generated schemas", [(f"t{i}", s) for i, s in enumerate(generated_schemas(generated, 7))]
     )
-    everything = [ToolSpec(n, "", s, strict=True) for n, s in AGENT_TOOLS.items()]
+    everything = tuple(ToolSpec(n, "", s, strict=True) for n, s in AGENT_TOOLS.items())
+    try:
+        constraint = constraint_for(everything, ToolChoice("required"))
+    except ConstraintError as exc:
+        print(f"  all {len(everything)} tools strict, required: refused in {syntax}'s syntax ({exc})")
+        return
     probe = GrammarEngine(TOKENIZER.to_json())
-    assert FAMILY.grammar is not None
-    markers = Markers(probe.specials(FAMILY.grammar.marker_strings))
-    constraint = build(GenerationOptions("m", tool_choice=ToolChoice("required")), everything, FAMILY.grammar,
-                       markers, family="qwen3")  # fmt: skip
-    assert constraint is not None
     probe.tokenizer(EOS)
     t0 = time.perf_counter()
     assert probe.check(constraint.grammar, EOS) is None

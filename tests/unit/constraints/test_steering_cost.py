@@ -18,7 +18,7 @@ from agentserve.constraints.build import build
 from agentserve.constraints.engine import Steered, bulk_safe, engine_for
 from agentserve.constraints.spec import Constraint
 from agentserve.conversation import ToolSpec
-from agentserve.families import FAMILIES, get_family
+from agentserve.families import FAMILIES, Family, get_family
 from agentserve.families.grammar import Markers
 from agentserve.parsing.events import ToolCallEnd, ToolCallStart
 from agentserve.parsing.stream import ParserOptions
@@ -342,6 +342,17 @@ AGENT_BASH = ToolSpec(
 )
 
 
+def required_bash(name: str) -> tuple[Family, Constraint]:
+    """A family, and the constraint of a request requiring a call with `AGENT_BASH` offered."""
+    family = get_family(name)
+    assert family.grammar is not None
+    markers = Markers(ENGINE.specials(family.grammar.marker_strings))
+    options = GenerationOptions("m", tool_choice=ToolChoice("required"))
+    constraint = build(options, (AGENT_BASH,), family.grammar, markers, family=name)
+    assert constraint is not None
+    return family, constraint
+
+
 @pytest.mark.parametrize("name", FAMILIES_WITH_CALLS)
 @pytest.mark.parametrize("script", [" ".join(PROSE), "I will run it now.", ""])
 def test_prose_forced_into_a_call_is_a_whole_call_in_every_family(name: str, script: str) -> None:
@@ -350,12 +361,7 @@ def test_prose_forced_into_a_call_is_a_whole_call_in_every_family(name: str, scr
     families' closing tags, a pythonic call's `)` and `]`, harmony's commentary channel after an
     analysis message — rather than digits, optional parameters, more calls or empty messages
     until the budget runs out. The family's own parser reads exactly one Bash call from it."""
-    family = get_family(name)
-    assert family.grammar is not None
-    markers = Markers(ENGINE.specials(family.grammar.marker_strings))
-    options = GenerationOptions("m", tool_choice=ToolChoice("required"))
-    constraint = build(options, (AGENT_BASH,), family.grammar, markers, family=name)
-    assert constraint is not None
+    family, constraint = required_bash(name)
     ids = TOKENIZER.encode(script)
     steered = ENGINE.steer(
         ENGINE.matcher(constraint.grammar, EOS), constraint.grammar, ids, eos=EOS,
@@ -386,12 +392,7 @@ def test_a_speculated_raw_value_verifies_at_its_stop_string(
     consuming the value (~0.8 µs a token) and without steering the request again."""
     from agentserve.constraints.states import Tracked
 
-    family = get_family(name)
-    assert family.grammar is not None
-    markers = Markers(ENGINE.specials(family.grammar.marker_strings))
-    options = GenerationOptions("m", tool_choice=ToolChoice("required"))
-    constraint = build(options, (AGENT_BASH,), family.grammar, markers, family=name)
-    assert constraint is not None
+    _, constraint = required_bash(name)
     ids = TOKENIZER.encode(" ".join(PROSE * 3))
 
     def steer() -> Steered:

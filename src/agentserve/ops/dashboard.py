@@ -298,6 +298,24 @@ ROWS: tuple[Row, ...] = (
                 "Requests preempted for KV space, per worker.",
                 [Target(rate(W + "preemptions_total", by="pod"), "{{pod}}")],
             ),
+            Panel(
+                "Constrained requests",
+                "Requests per second with a constraint (tool_choice, strict tools, an output schema), "
+                "per worker.",
+                [Target(rate(W + "constrained_requests_total", by="pod"), "{{pod}}")],
+            ),
+            Panel(
+                "Constraint CPU share",
+                "The share of each worker's CPU its constraints took (grammar compiles and steering under "
+                "the mask; sim workers: TensorRT-LLM's guided decoding runs inside its executor).",
+                [
+                    Target(
+                        ratio(W + "constraint_cpu_seconds_total", "process_cpu_seconds_total", by="pod"),
+                        "{{pod}}",
+                    )
+                ],
+                unit="percentunit",
+            ),
         ),
     ),
     Row(

@@ -65,6 +65,8 @@ _REASONING = re.compile(r"^reasoning: (\S+) thought", re.MULTILINE)  # `constrai
 
 
 _STOP = re.compile(r'\[stop="((?:[^"\\]|\\.)*)"\]')
+# A lazy lexeme that runs to a literal closer it holds (a raw XML value: `[lazy]: /(.|\n)*<\/parameter>/`)
+_LAZY_CLOSER = re.compile(r"\[lazy\]: /\(\.\|\\n\)\*((?:[^/\\\[\](){}|.*+?^$]|\\.)+)/")
 # A Lark literal "</…>" where a rule names it (after a space, `(` or `|`: not a stop string, not a
 # string inside a %json schema)
 _CLOSING_LITERAL = re.compile(r'(?:^|(?<=[\s(|]))"(</(?:[^"\\]|\\.)*)"', re.MULTILINE)
@@ -212,7 +214,7 @@ class GrammarEngine:
         return tuple(t for t in self._literals(texts) if any(self.spell(token).strip() for token in t))
 
     def quote(self) -> int:
-        """The token of `"` alone (-1: none): where two in a row are allowed, a step is writing
+        """The token of `"` alone (-1: none): where three in a row are allowed, a step is writing
         free text (a raw XML value), not closing a JSON string (`steer`'s `quote`)."""
         if self._quote is None:
             found = self.tokenizer().tokenize_str('"')
@@ -265,12 +267,14 @@ class GrammarEngine:
         return self._literals(_STOP.findall(grammar))
 
     def closers(self, grammar: str) -> tuple[tuple[int, ...], ...]:
-        """What closes a structure of `grammar` written as text, as tokens: its `stop="…"` strings,
-        then its literals shaped `</…>` (the XML families' `</function>`, `</invoke>`), in the
-        order the grammar names them."""
-        return tuple(
-            dict.fromkeys([*self.stop_strings(grammar), *self._literals(_CLOSING_LITERAL.findall(grammar))])
-        )
+        """What closes a structure of `grammar` written as text, as tokens: its `stop="…"` strings
+        and the literal closers its lazy lexemes hold (a raw XML value's `</parameter>`), then its
+        literals shaped `</…>` (the XML families' `</function>`, `</invoke>`), in the order the
+        grammar names them."""
+        held = [re.sub(r"\\(.)", r"\1", tail) for tail in _LAZY_CLOSER.findall(grammar)]
+        texts = [json.dumps(text)[1:-1] for text in held]  # as Lark literals' bodies
+        closing = self._literals([*texts, *_CLOSING_LITERAL.findall(grammar)])
+        return tuple(dict.fromkeys([*self.stop_strings(grammar), *closing]))
 
     def _literals(self, sources: Sequence[str]) -> tuple[tuple[int, ...], ...]:
         """Lark string literals' bodies (JSON escapes) as tokens, in order, once each."""
@@ -566,20 +570,28 @@ def _verified(
 ) -> bool:
     """Whether the output from a speculated run on is what the grammar allows from the run's exact
     state, accepting where `verdict` says (the end token is allowed exactly where it accepts).
-    llguidance's validation stops where a lazy lexeme ends at its stop string (a raw XML value at
-    `</parameter>`). Where it stops there, past the run, the rest was taken by the branch after
-    the same stop string, and a lexeme's text does not change the parser's state after it: the
-    rest holds. Else a copy consumes the output (which sees past a stop, at ~0.8 µs a token)."""
-    exact, at, run = anchor
+    llguidance's validation stops right after a lazy lexeme ends at its stop string (a raw XML
+    value at `</parameter>`), whatever follows: there a copy of the exact matcher consumes what
+    was validated (~0.2 µs a token; validating is ~0.05) and the validation goes on from it."""
+    exact, at, _ = anchor
     tail = out[at:]
     ended = bool(tail) and tail[-1] in ends
     checked, need = tail if ended else [*tail, end], len(tail) + (not ended and verdict)
-    valid = exact.validate_tokens(checked)
-    if valid == need:
-        return True
-    if any(valid == run + len(s) and tail[run:valid] == list(s) for s in stops):
-        return True
-    return exact.try_consume_copy(checked) == need
+    done, copy = 0, None
+    while True:
+        valid = (exact.validate_tokens if copy is None else copy.validate_tokens)(checked[done:])
+        if done + valid == need:
+            return True
+        reached = done + valid
+        if not valid or not any(
+            len(s) <= reached and checked[reached - len(s) : reached] == list(s) for s in stops
+        ):
+            return False
+        if copy is None:
+            copy = exact.deep_copy()
+        if not copy.consume_tokens(checked[done:reached]):
+            return False
+        done = reached
 
 
 def _allowed_whole(matcher: Tracked, texts: Sequence[Sequence[int]]) -> Sequence[int] | None:
@@ -751,7 +763,7 @@ def steer(
     (`openers`: `{`, `[`, the grammar's own opening markers), else the first of `literals` the
     grammar allows whole (its other literals: `<function=Bash>`, `<parameter=`), else a seeded
     random allowed token (not a `blank` one where another is allowed). A closer also replaces the
-    preferred token where that would be `"` (`quote`) and two in a row are allowed (free text, a
+    preferred token where that would be `"` (`quote`) and three in a row are allowed (free text, a
     raw XML value: it would close nothing), or where one preferred token keeps being chosen. A
     chosen token in `closing` (a block closed early, as a spent thinking budget closes `</think>`)
     resumes the script after the script's own copy of it. Where the grammar accepts and the script
@@ -954,8 +966,9 @@ def _steer(
         if chosen is None:
             chosen = probe.first(wanted)
             repeated = chosen is not None and len(out) >= REPEATS and out[-REPEATS:] == [chosen] * REPEATS
-            # `"` where two in a row are allowed writes text (a raw value), closing no string
-            in_text = chosen == quote and bool(closers) and matcher.validate_tokens([quote, quote]) == 2
+            # `"` where three in a row are allowed writes text (a raw value), closing no string:
+            # JSON allows two at a key or a value (an empty string), never three
+            in_text = chosen == quote and bool(closers) and matcher.validate_tokens([quote] * 3) == 3
             if repeated or in_text:
                 chosen = None  # free text takes the preferred token forever: close it instead
             if chosen is None:

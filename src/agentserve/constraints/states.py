@@ -343,10 +343,6 @@ class Tracked:
         self._walk(tokens[:n], grow=False)
         return n
 
-    def try_consume_copy(self, tokens: list[int]) -> int:
-        """How many of `tokens` a copy of the real matcher consumes (this one stays where it is)."""
-        return self._synced().deep_copy().try_consume_tokens(tokens)
-
     def deep_copy(self) -> LLMatcher:
         """The real matcher's copy, at this state."""
         return self._synced().deep_copy()

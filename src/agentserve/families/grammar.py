@@ -169,9 +169,10 @@ def _mentions_string(schema: Mapping[str, Any]) -> bool:
 def raw_value(schema: Mapping[str, Any], raw: str, closer: str, tool: str, key: str, *, pad: str = "") -> str:
     """A parameter value as the XML families write it — raw text for strings, JSON text for every
     other type (what `parsing.xmlargs` reads back by the schema) — and its closing tag, as a Lark
-    expression. `raw` is the family's free-text value including its closer (a rule with
-    `stop=…`, or a terminal and a special-token closer); `closer` the closer alone; `pad` the
-    formatting the parser strips around a value (qwen3-coder's one newline each side)."""
+    expression. `raw` is the family's free-text value including its closer (a rule with a
+    `[lazy]` regex that ends with it, or a terminal and a special-token closer); `closer` the
+    closer alone; `pad` the formatting the parser strips around a value (qwen3-coder's one
+    newline each side)."""
     if "const" in schema and isinstance(schema["const"], str):
         return f"{pad} {lit(schema['const'])} {pad} {closer}"
     if _string_only(schema):

@@ -243,8 +243,8 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
         f"calls: {m.tok(WRAPPER)} WS? {repeat('invoke', 'WS?', count)} WS? {m.tok(WRAPPER_END)}",
         *per_tool_rules("invoke", tools, invoke),
     ]
-    # A raw value runs to its closing tag (`stop`: a greedy terminal could not end before it).
-    rules += ['mvalue[stop="</parameter>"]: /(.|\\n)*/', 'MKEY: /[^"\\n]+/']
+    # A raw value runs to its closing tag, which it holds (a lazy lexeme: see qwen3_coder).
+    rules += ["mvalue[lazy]: /(.|\\n)*<\\/parameter>/", 'MKEY: /[^"\\n]+/']
     return "\n".join(rules)
 
 

@@ -267,8 +267,10 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
         f"call: {m.tok('<tool_call>')} WS? function WS? {m.tok('</tool_call>')}",
         *per_tool_rules("function", tools, function),
     ]
-    # A raw value runs to its closing tag (`stop`: a greedy terminal could not end before it).
-    rules += ['pvalue[stop="</parameter>"]: /(.|\\n)*/', "PKEY: /[^>\\n]+/"]
+    # A raw value runs to its closing tag, which it holds: a lazy lexeme ends at the tag's first
+    # occurrence (a greedy terminal could not end before it; a `stop=` string ends it too, but
+    # llguidance's `validate_tokens` does not see past a stop string, and the sim validates).
+    rules += ["pvalue[lazy]: /(.|\\n)*<\\/parameter>/", "PKEY: /[^>\\n]+/"]
     return "\n".join(rules)
 
 

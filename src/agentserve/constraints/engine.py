@@ -33,6 +33,7 @@ import xxhash
 from llguidance import LLMatcher, LLTokenizer
 
 from agentserve.constraints import states
+from agentserve.constraints.lark_texts import lark_texts
 from agentserve.constraints.states import StateMemo, Tracked
 
 DEFAULT_CACHE_SIZE = 256
@@ -50,6 +51,7 @@ SPECULATE_MIN = 48
 # Candidate tokens checked one by one (`validate_tokens`, ~0.4 µs each) at a step where a token must
 # be chosen, before the vocabulary mask is computed instead (~5–60 µs here, more over a 150k vocab).
 PROBES = 24
+WHOLE_TRIED = 64  # literals validated whole at one step, at most (`_allowed_whole`)
 # Preferred when the script gives no allowed token: closing markers (`</tool_call>`, `<|end|>`),
 # then what closes strings, objects and arrays, so a forced answer completes in few tokens
 # (any allowed token is valid; these are merely short). Whitespace is never preferred: JSON allows
@@ -64,13 +66,6 @@ _OPENERS = ("{", "[")
 _REASONING = re.compile(r"^reasoning: (\S+) thought", re.MULTILINE)  # `constraints.build`'s rule
 
 
-_STOP = re.compile(r'\[stop="((?:[^"\\]|\\.)*)"\]')
-# A lazy lexeme that runs to a literal closer it holds (a raw XML value: `[lazy]: /(.|\n)*<\/parameter>/`)
-_LAZY_CLOSER = re.compile(r"\[lazy\]: /\(\.\|\\n\)\*((?:[^/\\\[\](){}|.*+?^$]|\\.)+)/")
-# A Lark literal "</…>" where a rule names it (after a space, `(` or `|`: not a stop string, not a
-# string inside a %json schema)
-_CLOSING_LITERAL = re.compile(r'(?:^|(?<=[\s(|]))"(</(?:[^"\\]|\\.)*)"', re.MULTILINE)
-_LITERAL = re.compile(r'(?:^|(?<=[\s(|]))"((?:[^"\\]|\\.)+)"', re.MULTILINE)  # any such literal
 _TOKEN_REF = re.compile(r"<\[([^\]]*)\]>")  # a token by id in llguidance's Lark: `<[151645]>`
 _SET_BYTE = re.compile(rb"[^\x00]")  # a mask byte with an allowed token: found at C speed
 
@@ -209,9 +204,9 @@ class GrammarEngine:
         """The other string literals of `grammar`'s rules (`<function=Bash>`, `<parameter=`,
         `Bash(`), as tokens, in the order the grammar names them: what a step writes where the
         structure goes on as text and no token is preferred, instead of a random draw."""
-        texts = [raw for raw in _LITERAL.findall(grammar) if not raw.startswith("</")]
+        texts = [text for text in lark_texts(grammar).literals if not text.startswith("</")]
         # whitespace alone is no step forward (JSON takes it without end), as `blank` for a draw
-        return tuple(t for t in self._literals(texts) if any(self.spell(token).strip() for token in t))
+        return tuple(t for t in self._tokenized(texts) if any(self.spell(token).strip() for token in t))
 
     def quote(self) -> int:
         """The token of `"` alone (-1: none): where three in a row are allowed, a step is writing
@@ -264,22 +259,20 @@ class GrammarEngine:
 
     def stop_strings(self, grammar: str) -> tuple[tuple[int, ...], ...]:
         """The `stop="…"` strings of `grammar` (a raw XML value ends at its closing tag), as tokens."""
-        return self._literals(_STOP.findall(grammar))
+        return self._tokenized(lark_texts(grammar).stops)
 
     def closers(self, grammar: str) -> tuple[tuple[int, ...], ...]:
         """What closes a structure of `grammar` written as text, as tokens: its `stop="…"` strings
         and the literal closers its lazy lexemes hold (a raw XML value's `</parameter>`), then its
         literals shaped `</…>` (the XML families' `</function>`, `</invoke>`), in the order the
         grammar names them."""
-        held = [re.sub(r"\\(.)", r"\1", tail) for tail in _LAZY_CLOSER.findall(grammar)]
-        texts = [json.dumps(text)[1:-1] for text in held]  # as Lark literals' bodies
-        closing = self._literals([*texts, *_CLOSING_LITERAL.findall(grammar)])
-        return tuple(dict.fromkeys([*self.stop_strings(grammar), *closing]))
+        texts = lark_texts(grammar)
+        closing = [text for text in texts.literals if text.startswith("</")]
+        return self._tokenized([*texts.stops, *texts.lazy_closers, *closing])
 
-    def _literals(self, sources: Sequence[str]) -> tuple[tuple[int, ...], ...]:
-        """Lark string literals' bodies (JSON escapes) as tokens, in order, once each."""
+    def _tokenized(self, texts: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+        """Texts as tokens, in order, once each."""
         tok = self.tokenizer()
-        texts = [json.loads(f'"{raw}"') for raw in sources]
         return tuple(dict.fromkeys(tuple(tok.tokenize_str(text)) for text in texts if text))
 
     def steer(
@@ -594,9 +587,29 @@ def _verified(
         done = reached
 
 
-def _allowed_whole(matcher: Tracked, texts: Sequence[Sequence[int]]) -> Sequence[int] | None:
-    """The first of `texts` (a literal's tokens) the grammar allows whole here."""
-    return next((t for t in texts if t and matcher.validate_tokens(list(t)) == len(t)), None)
+def _allowed_whole(
+    matcher: Tracked,
+    probe: _Probe,
+    texts: Sequence[tuple[int, ...]],
+    written: Container[tuple[int, ...]] = frozenset(),
+) -> tuple[int, ...] | None:
+    """The first of `texts` (a literal's tokens) the grammar allows whole here, one not `written`
+    yet before one that was. A text whose first token is refused costs the probe's question (a
+    bit of the mask once it is computed), and at most `WHOLE_TRIED` texts are validated whole: a
+    grammar of hundreds of tools has thousands of literals."""
+    again: tuple[int, ...] | None = None
+    tried = 0
+    for text in texts:
+        if not text or not probe.allowed(text[0]):
+            continue
+        if tried == WHOLE_TRIED:
+            break
+        tried += 1
+        if len(text) == 1 or matcher.validate_tokens(list(text)) == len(text):
+            if text not in written:
+                return text
+            again = again or text
+    return again
 
 
 def _resync(
@@ -740,9 +753,9 @@ def steer(
     stop_ids: Sequence[int] = (),
     ends: Sequence[int] = (),
     prefixes: Callable[[int], Sequence[int]] | None = None,
-    closers: Sequence[Sequence[int]] = (),
+    closers: Sequence[tuple[int, ...]] = (),
     stop_strings: Sequence[Sequence[int]] = (),
-    literals: Sequence[Sequence[int]] = (),
+    literals: Sequence[tuple[int, ...]] = (),
     quote: int = -1,
     openers: Sequence[int] = (),
     blank: Container[int] = frozenset(),
@@ -807,9 +820,9 @@ def _steer(
     stop_ids: Sequence[int],
     ends: Sequence[int],
     prefixes: Callable[[int], Sequence[int]] | None,
-    closers: Sequence[Sequence[int]],
+    closers: Sequence[tuple[int, ...]],
     stop_strings: Sequence[Sequence[int]],
-    literals: Sequence[Sequence[int]],
+    literals: Sequence[tuple[int, ...]],
     quote: int,
     openers: Sequence[int],
     blank: Container[int],
@@ -972,7 +985,7 @@ def _steer(
             if repeated or in_text:
                 chosen = None  # free text takes the preferred token forever: close it instead
             if chosen is None:
-                closer = _allowed_whole(matcher, closers)
+                closer = _allowed_whole(matcher, probe, closers)
                 if closer is not None:
                     chosen, pending = closer[0], list(closer[1:])
                     free = False
@@ -981,11 +994,10 @@ def _steer(
             if chosen is None and not repeated:
                 # one not written yet first: the structure goes on (harmony's `commentary` after
                 # an `analysis` message) rather than round a loop the grammar allows
-                fresh = [t for t in literals if t not in written]
-                literal = _allowed_whole(matcher, fresh) or _allowed_whole(matcher, literals)
+                literal = _allowed_whole(matcher, probe, literals, written)
                 if literal is not None:
                     chosen, pending = literal[0], list(literal[1:])
-                    written.add(tuple(literal))
+                    written.add(literal)
                     free = False
             if chosen is None:
                 if isinstance(rng, int):  # a seed: the generator is built at the first draw (~5 µs)

@@ -937,6 +937,8 @@ def _steer(
             # allowed) the tokens are not asked for.
             raw = matcher.compute_ff_bytes()
             forced = matcher.compute_ff_tokens() if raw else []
+            if forced:  # they can spell forced text with a special token the grammar refuses there
+                forced = forced[: matcher.validate_tokens(forced)]
             if raw and not forced and tokenize is not None and spell is not None:
                 # the script's own copy of the forced text first (it goes on after it)
                 at = _spelled(matcher, script, i, raw, spell) if len(out) >= next_scan else None
@@ -1019,7 +1021,7 @@ def _steer(
         out.append(chosen)
         diverged += 1
     if verdict is None:
-        verdict = matcher.is_accepting() or matcher.is_stopped()
+        verdict = not matcher.is_error() and (matcher.is_accepting() or matcher.is_stopped())
     if anchor is not None and not _verified(anchor, out, verdict, end, end_set, stop_strings):
         return None
     return Steered(out, verdict, diverged, drawn, tuple(copied), masks)

@@ -270,15 +270,12 @@ class Tracked:
         return self._answer("ff_bytes", lambda m: bytes(m.compute_ff_bytes()))
 
     def compute_ff_tokens(self) -> list[int]:
+        """llguidance's forced tokens (not always allowed: see `steer`)."""
         state = self._state
         if state is None:
             return self._synced().compute_ff_tokens()
         if state.ff_tokens is None:
             state.ff_tokens = tuple(self._synced().compute_ff_tokens())
-            if 1 < len(state.ff_tokens) <= RUN_KEY:
-                state.runs[state.ff_tokens] = len(state.ff_tokens)  # forced: allowed
-            elif state.ff_tokens:
-                state.allowed[state.ff_tokens[0]] = True
         return list(state.ff_tokens)
 
     def known_mask(self) -> bytes | None:

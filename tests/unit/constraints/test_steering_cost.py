@@ -469,3 +469,30 @@ def test_object_and_array_parameters_are_written_whole_in_every_family(name: str
     events = parser.feed(text.removesuffix("<|im_end|>")) + parser.close()
     ends = [e for e in events if isinstance(e, ToolCallEnd)]
     assert len(ends) == 1 and set(json.loads(ends[0].arguments)) == {"command", "env", "args"}, text
+
+
+def test_forced_text_spelled_by_a_special_token_is_not_taken_for_allowed() -> None:
+    """llguidance's forced tokens can spell forced text with a special token the grammar refuses
+    there (gpt-oss: a const `<|channel|> x` inside a JSON string). They are validated before they
+    are taken, so remembered states never call them allowed (which made a later request raise),
+    and an answer the steering could not finish is not reported whole."""
+    family = get_family("gpt-oss")
+    assert family.grammar is not None
+    schema = {"type": "object", "properties": {"mode": {"const": "<|channel|> x"}}, "required": ["mode"]}
+    markers = Markers(ENGINE.specials(family.grammar.marker_strings))
+    options = GenerationOptions("m", tool_choice=ToolChoice("required"))
+    constraint = build(
+        options, (ToolSpec("T", "", schema, strict=True),), family.grammar, markers, family="gpt-oss"
+    )
+    assert constraint is not None
+    outputs = []
+    for remembered in (False, True, True):
+        steered = ENGINE.steer(
+            ENGINE.matcher(constraint.grammar, EOS), constraint.grammar, TOKENIZER.encode("hi"), eos=EOS,
+            max_tokens=100, rng=0, stop_ids=EOS, at_start=remembered,
+        )  # fmt: skip
+        check = ENGINE.matcher(constraint.grammar, EOS)
+        assert check.try_consume_tokens(steered.token_ids) == len(steered.token_ids)
+        assert steered.complete == (check.is_accepting() or check.is_stopped())
+        outputs.append((steered.token_ids, steered.complete))
+    assert outputs[0] == outputs[1] == outputs[2]

@@ -104,15 +104,13 @@ def _worker() -> Iterator[Family]:
     from agentserve.config import WorkerConfig
     from agentserve.worker.main import build_engine
     from agentserve.worker.publisher import KvEventPublisher
-    from agentserve.worker.service import EngineCollector, Rate
+    from agentserve.worker.service import Rate, metrics_registry
 
     engine = build_engine(WorkerConfig.model_validate({"engine": "sim"}))
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     publisher = KvEventPublisher("inproc://agentserve-catalog", context=context)
     try:
-        registry = CollectorRegistry()
-        registry.register(EngineCollector(engine, "model", publisher, Rate()))
-        yield from _from_registry(registry, "worker")
+        yield from _from_registry(metrics_registry(engine, "model", publisher, Rate()), "worker")
     finally:
         publisher.close()
         context.destroy(linger=0)

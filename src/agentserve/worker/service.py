@@ -198,6 +198,17 @@ class Rate:
         self._last = (now, total)
 
 
+def metrics_registry(
+    engine: Engine, model: str, publisher: KvEventPublisher | None, rate: Rate
+) -> CollectorRegistry:
+    """What the worker's /metrics serves: the engine's metrics and the process's own
+    (`process_cpu_seconds_total`: what the constraint CPU is a share of)."""
+    registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)
+    registry.register(EngineCollector(engine, model, publisher, rate))
+    return registry
+
+
 def create_app(
     engine: Engine,
     *,
@@ -212,10 +223,8 @@ def create_app(
     """The worker app; its lifespan starts the engine (in the background: /health answers while a
     real model loads) and the KV event publisher, and stops both. `facts` (scheduler limits, the
     sim's clock) go out on /info for clients that measure the engine (`agentserve profile`)."""
-    registry = CollectorRegistry(auto_describe=True)
-    ProcessCollector(registry=registry)  # process_cpu_seconds_total: what the worker's CPU shares are of
     rate = Rate()
-    registry.register(EngineCollector(engine, model, publisher, rate))
+    registry = metrics_registry(engine, model, publisher, rate)
     start_error: list[str] = []
     load_seconds: list[float] = []  # how long the engine took to start (model load), once started
 

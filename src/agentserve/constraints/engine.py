@@ -470,7 +470,7 @@ class _Probe:
     def __init__(self, matcher: Tracked, budget: int) -> None:
         self._matcher = matcher
         self._left = budget
-        self.computed: bytes | None = matcher.known_mask()  # the mask, once known
+        self.computed: bytes | None = None  # the mask, once asked for
         self.fresh = False  # the mask was computed at this step (not remembered of the state)
 
     def allowed(self, token: int) -> bool:
@@ -519,9 +519,15 @@ class _Probe:
         return self._matcher.few_allowed()
 
     def mask(self) -> bytes:
+        """The vocabulary mask: the state's remembered one, else computed. Asked for only where a
+        fresh step would compute it, so a remembered mask changes no answer: llguidance's mask and
+        `validate_tokens` can disagree (a special token spelling the grammar's text: the mask
+        allows it, consuming refuses it), and the first `PROBES` questions go to the matcher."""
         if self.computed is None:
-            self.computed = self._matcher.compute_bitmask()
-            self.fresh = True
+            self.computed = self._matcher.known_mask()
+            if self.computed is None:
+                self.computed = self._matcher.compute_bitmask()
+                self.fresh = True
         return self.computed
 
 

@@ -496,3 +496,32 @@ def test_forced_text_spelled_by_a_special_token_is_not_taken_for_allowed() -> No
         assert steered.complete == (check.is_accepting() or check.is_stopped())
         outputs.append((steered.token_ids, steered.complete))
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_a_remembered_mask_changes_no_answer_where_the_mask_and_validation_disagree() -> None:
+    """llguidance's mask and `validate_tokens` can disagree: a special token spelling text the
+    grammar expects (here harmony's markers written as text, over a tokenizer that holds them as
+    special tokens) is allowed by the mask and refused when consumed. A state's remembered mask is
+    only read where a fresh step would compute one, so the steering's answers are the same with
+    remembered states as without."""
+    family = get_family("gpt-oss")
+    assert family.grammar is not None
+    tools = (AGENT_BASH, READ)
+    options = GenerationOptions("m", tool_choice=ToolChoice("required"))
+    constraint = build(options, tools, family.grammar, Markers(), family="gpt-oss")  # markers as text
+    assert constraint is not None
+    engine = engine_for(TOKENIZER.to_json() + " ")  # remembered states of its own
+    for budget in range(1, 12):
+        for script in ("", "", "<tool_call>", "ok"):
+            ids = TOKENIZER.encode(script)
+            fresh, remembered = (
+                engine.steer(
+                    engine.matcher(constraint.grammar, EOS), constraint.grammar, ids, eos=EOS,
+                    max_tokens=len(ids) + budget, rng=0, stop_ids=EOS, at_start=at_start,
+                )
+                for at_start in (False, True)
+            )  # fmt: skip
+            assert (fresh.token_ids, fresh.complete) == (remembered.token_ids, remembered.complete), (
+                budget,
+                script,
+            )

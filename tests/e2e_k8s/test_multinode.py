@@ -195,7 +195,7 @@ def test_groups_fill_a_leaf_each_and_the_router_sees_one_worker_per_group(lws: K
                 (g := _ready_groups(kube, "kimi", 2))
                 and not ({p["metadata"]["uid"] for p in g["0"]} & before["0"])
             ),
-            90,
+            180,  # the LWS controller's recreation, on a loaded 2-core CI machine: 90 s was short
             "group 0 recreated as a whole",
         )
         assert {p["metadata"]["uid"] for p in _groups(kube, "kimi")["1"]} == before["1"]

@@ -9,6 +9,7 @@ attribute's value and a comment hold quotes that are no literal of the grammar.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class LarkTexts:
     lazy_closers: tuple[str, ...]  # the texts lazy lexemes' regexes end with (any text before)
 
 
+@functools.lru_cache(maxsize=64)  # asked three times per grammar (its closers, stops, literals)
 def lark_texts(grammar: str) -> LarkTexts:
     """The fixed texts of `grammar` (a text that cannot be read is left out: the steering draws)."""
     literals: list[str] = []

@@ -155,7 +155,9 @@ async def test_without_request_abort_the_engine_finishes_unread_requests(tokeniz
 
 
 async def test_bad_requests_get_json_errors_with_the_right_status(tokenizer: HFTokenizer) -> None:
-    engine = sim(tokenizer, speedup=50, blocks=8)
+    # Slow time (0.02 simulated s per real s): "dup" must still be running when its twin arrives;
+    # at 50x it could use up its 8 blocks and finish first on a loaded machine.
+    engine = sim(tokenizer, speedup=0.02, blocks=8)
     async with served(engine) as srv, httpx.AsyncClient(base_url=srv.url) as http:
         cases = [
             (b"{not json", "application/json", 400),

@@ -77,7 +77,7 @@ class GrammarError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Steered:
     token_ids: list[int]
-    complete: bool  # the grammar accepted the output (False: the token budget ran out first)
+    complete: bool  # the output ended, and the grammar accepts it (False: the token budget cut it)
     diverged: int  # tokens chosen from the mask instead of the script
     random_choices: int = 0  # of those, drawn from the seeded generator (0: the seed did not matter)
     # The runs copied from the script, as (output position, script position, length): the sim
@@ -1030,4 +1030,13 @@ def _steer(
         verdict = not matcher.is_error() and (matcher.is_accepting() or matcher.is_stopped())
     if anchor is not None and not _verified(anchor, out, verdict, end, end_set, stop_strings):
         return None
-    return Steered(out, verdict, diverged, drawn, tuple(copied), masks)
+    # The budget cut the output unless it ended there anyway: an end token, a stopped grammar, or
+    # the script's own last token (a script that ends there, as it ends unconstrained).
+    ended = (
+        len(out) < max_tokens
+        or (bool(out) and out[-1] in end_set)
+        or matcher.is_stopped()
+        or (i >= n and bool(copied) and copied[-1][0] + copied[-1][2] == len(out) == max_tokens
+            and copied[-1][1] + copied[-1][2] == n)
+    )  # fmt: skip
+    return Steered(out, verdict and ended, diverged, drawn, tuple(copied), masks)

@@ -47,7 +47,7 @@ def grammar_engine(tokenizer: Tokenizer, cache_size: int | None = None) -> Gramm
 class ConstrainedPlan:
     token_ids: list[int]
     pieces: list[str]  # each token's streamed text (`token_pieces`), joining to the decoded output
-    complete: bool  # the grammar accepted the output (False: the token budget ran out first)
+    complete: bool  # the output ended, and the grammar accepts it (False: the token budget cut it)
 
 
 PLAN_CACHE = 256  # steered plans remembered: the same script under the same grammar and seed
@@ -109,6 +109,7 @@ def constrained_sample(
     sampling: SamplingParams,
     need: int,
     seed: int,
+    plan_complete: bool = True,
 ) -> Sampled:
     """The steered `plan` sampled under the grammar's mask with the request's logit_bias and, when
     asked, its log-probabilities (`worker/sampling.py`); where a bias leaves the plan, the rest is
@@ -140,6 +141,7 @@ def constrained_sample(
         matcher=matcher,
         resteer=resteer,
         budget=need,
+        plan_complete=plan_complete,
     )
 
 

@@ -244,13 +244,16 @@ def sample_plan(
     matcher: Matcher | None = None,
     resteer: Resteer | None = None,
     budget: int | None = None,
+    plan_complete: bool = True,
 ) -> Sampled:
     """The sim's output for a planned output `plan` (the policy's tokens), position by position.
 
     Without a grammar a biased choice replaces the policy's token in place. Under one (`matcher` at
     the output's start) each position's distribution is masked by the grammar, and after a choice
     that left the plan the rest is steered again from there (`resteer(matcher, rest of the plan,
-    tokens left)`, `budget` tokens in all), so every token still passes the grammar."""
+    tokens left)`, `budget` tokens in all), so every token still passes the grammar. Output that
+    fills the budget is complete only where it ended there anyway: the grammar stopped, or it is
+    the plan itself and the plan was complete (`plan_complete`)."""
     out: list[int] = []
     entries: list[TokenLogprob] | None = [] if top is not None else None
     todo = list(plan)
@@ -287,5 +290,9 @@ def sample_plan(
             # steered on a copy: this loop goes on consuming the new plan with `matcher`
             todo = [*todo[:i], token, *resteer(matcher.deep_copy(), todo[i + 1 :], limit - len(out))]
         i += 1
-    complete = matcher is None or matcher.is_accepting() or matcher.is_stopped()
+    if matcher is None or matcher.is_stopped():
+        complete = True
+    else:
+        as_planned = plan_complete and out == list(plan)
+        complete = matcher.is_accepting() and (len(out) < limit or as_planned)
     return Sampled(out, entries, complete)

@@ -56,6 +56,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         {"match": "WRONG", "output": WRONG_TYPE},
         {"match": "LONG", "output": LONG_THINK},
         {"match": "CUSTOM", "output": think("Digits.") + qwen_call("digits", {"input": "twelve"}) + END},
+        {"match": "ESSAY", "output": think("Long.") + " ".join(["word"] * 400) + END},
     ]
     scenario = write_scenario(tmp_path_factory.mktemp("constrained"), rules, PROSE)
     with served({"script": scenario, "family": "qwen3", "model": "qwen3-sim"}) as s:
@@ -145,6 +146,46 @@ def test_unconstrained_script_is_unchanged(stack: Served, api: str, stream: bool
     assert calls == [("Bash", {"command": "ls"}), ("Read", {"path": "a.py"})]
     _, calls = TURNS[api](stack, stream, "WRONG", **tools)
     assert calls == [("Bash", {"command": 5})]
+
+
+def _finish(s: Served, api: str, stream: bool, **kw: Any) -> str:
+    """The turn's finish as the API words it (Chat finish_reason, Responses status, stop_reason)."""
+    if api == "anthropic":
+        c = anthropic.Anthropic(base_url=s.url, api_key="k", max_retries=0)
+        request = {"model": "claude-x", "messages": [{"role": "user", "content": "ESSAY"}], **kw}
+        if stream:
+            with c.messages.stream(**request) as events:
+                return str(events.get_final_message().stop_reason)
+        return str(c.messages.create(**request).stop_reason)
+    o = openai.OpenAI(base_url=s.url + "/v1", api_key="k", max_retries=0)
+    if api == "chat":
+        messages = [{"role": "user", "content": "ESSAY"}]
+        if stream:
+            chunks = o.chat.completions.create(model="m", messages=messages, stream=True, **kw)  # type: ignore[call-overload]
+            return next(
+                c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+            )
+        return str(o.chat.completions.create(model="m", messages=messages, **kw).choices[0].finish_reason)  # type: ignore[call-overload]
+    budget = kw.pop("max_tokens")
+    if stream:
+        events = o.responses.create(model="m", input="ESSAY", stream=True, max_output_tokens=budget, **kw)
+        final = [e.response.status for e in events if e.type in ("response.completed", "response.incomplete")]
+        return str(final[-1])
+    return str(o.responses.create(model="m", input="ESSAY", max_output_tokens=budget, **kw).status)
+
+
+CUT = {"anthropic": "max_tokens", "chat": "length", "responses": "incomplete"}
+
+
+@APIS
+@STREAM
+@pytest.mark.parametrize("choice", ["none", "single", "strict", "unconstrained"])
+def test_an_answer_cut_by_max_tokens_says_so(stack: Served, api: str, stream: bool, choice: str) -> None:
+    """Free text is accepted anywhere, so a grammar accepting where the budget ran out is no sign
+    that the turn ended: the finish says it was cut, as it does without a constraint."""
+    kw = {"tools": CHOICES[api]["none"]["tools"]} if choice == "unconstrained" else dict(CHOICES[api][choice])
+    assert _finish(stack, api, stream, max_tokens=60, **kw) == CUT[api]
+    assert _finish(stack, api, stream, max_tokens=2000, **kw) != CUT[api]
 
 
 FORMATS: dict[str, dict[str, Any]] = {

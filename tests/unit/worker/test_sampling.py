@@ -16,7 +16,7 @@ from llguidance import LLMatcher
 
 from agentserve.constraints.engine import engine_for
 from agentserve.constraints.spec import Constraint
-from agentserve.worker.constrained import constrained_sample
+from agentserve.worker.constrained import constrained_plan, constrained_sample
 from agentserve.worker.engine import SamplingParams
 from agentserve.worker.sampling import PREFERENCE, Allowed, Matcher, Unmasked, choose, sample_plan
 from agentserve.worker.tokenizer import EMBEDDED_TOKENIZER, HFTokenizer
@@ -30,6 +30,42 @@ def reference(policy: int, bias: dict[int, float], allowed: list[int]) -> dict[i
     logits = {t: (PREFERENCE if t == policy else 0.0) + bias.get(t, 0.0) for t in allowed}
     log_z = math.log(sum(math.exp(v) for v in logits.values()))
     return {t: v - log_z for t, v in logits.items()}
+
+
+FREE_TEXT = "start: /(.|\\n)*/\n"
+
+
+def test_free_text_cut_by_the_budget_is_incomplete_though_the_grammar_accepts_it() -> None:
+    """A grammar that accepts any text accepts wherever the budget cuts it: only a plan that ended
+    there by itself is complete."""
+    constraint = Constraint(FREE_TEXT)
+    script = TOKENIZER.encode(" ".join(["word"] * 40))
+    pieces = [TOKENIZER.decode([t]) for t in script]
+    for logprobs in (None, 2):
+        sampling = SamplingParams(max_tokens=10, logprobs=logprobs)
+        plan = constrained_plan(
+            TOKENIZER, constraint, script=script, pieces=pieces, sampling=sampling, need=10, seed=1
+        )
+        assert len(plan.token_ids) == 10 and not plan.complete
+        sampled = constrained_sample(
+            TOKENIZER,
+            constraint,
+            plan.token_ids,
+            sampling=sampling,
+            need=10,
+            seed=1,
+            plan_complete=plan.complete,
+        )
+        assert sampled.token_ids == plan.token_ids and not sampled.complete
+    roomy = SamplingParams(max_tokens=100)
+    whole = constrained_plan(
+        TOKENIZER, constraint, script=script, pieces=pieces, sampling=roomy, need=100, seed=1
+    )
+    assert whole.token_ids == script and whole.complete
+    exact = constrained_plan(
+        TOKENIZER, constraint, script=script, pieces=pieces, sampling=roomy, need=len(script), seed=1
+    )
+    assert exact.token_ids == script and exact.complete  # the script ends at the budget: as unconstrained
 
 
 @given(

@@ -469,7 +469,13 @@ class SimEngine:
             if request.constraint is not None:
                 started = time.thread_time()
                 sampled = constrained_sample(
-                    self.tokenizer, request.constraint, ids, sampling=sampling, need=need, seed=seed
+                    self.tokenizer,
+                    request.constraint,
+                    ids,
+                    sampling=sampling,
+                    need=need,
+                    seed=seed,
+                    plan_complete=complete,
                 )
                 complete = sampled.complete
                 self._constraint_cpu += time.thread_time() - started

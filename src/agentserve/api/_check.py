@@ -126,6 +126,13 @@ def opt_dict(d: dict[str, Any], key: str, path: str) -> dict[str, Any] | None:
     raise wrong_type(at(path, key), "an object", value)
 
 
+def req_dict(d: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    value = opt_dict(d, key, path)
+    if value is None:
+        raise missing(at(path, key))
+    return value
+
+
 def opt_list(d: dict[str, Any], key: str, path: str) -> list[Any] | None:
     value = d.get(key)
     if value is None or type(value) is list:

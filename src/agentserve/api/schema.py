@@ -594,14 +594,26 @@ class ChatToolChoiceFunction(_Open):
     function: ChatNamedFunction
 
 
+class ChatToolChoiceCustom(_Open):
+    type: Literal["custom"]
+    custom: ChatNamedFunction
+
+
 class ChatAllowedFunction(_Open):
     type: Literal["function"]
     function: ChatNamedFunction
 
 
+class ChatAllowedCustom(_Open):
+    type: Literal["custom"]
+    custom: ChatNamedFunction
+
+
 class ChatAllowedTools(_Open):
     mode: Literal["auto", "required"]
-    tools: list[ChatAllowedFunction] = Field(description="functions in `tools` the model may call")
+    tools: list[ChatAllowedFunction | ChatAllowedCustom] = Field(
+        description="tools in `tools` the model may call"
+    )
 
 
 ChatToolChoiceMode = Literal["auto", "none", "required"]
@@ -617,7 +629,7 @@ class ChatStreamOptions(_Open):
 
 
 class ChatJsonSchema(_Open):
-    name: str | None = None
+    name: NonEmpty
     schema_: Json | None = Field(None, alias="schema")
     strict: bool | None = None
 
@@ -655,7 +667,11 @@ class ChatCompletionRequest(_Open):
     ) = None
     functions: list[ChatFunctionDef] | None = None
     tool_choice: (
-        Literal["auto", "none", "required"] | ChatToolChoiceFunction | ChatToolChoiceAllowed | None
+        Literal["auto", "none", "required"]
+        | ChatToolChoiceFunction
+        | ChatToolChoiceCustom
+        | ChatToolChoiceAllowed
+        | None
     ) = None
     function_call: Literal["auto", "none", "required"] | ChatNamedFunction | None = None
     parallel_tool_calls: bool | None = None
@@ -990,8 +1006,8 @@ class ResponsesFormatSimple(_Open):
 
 class ResponsesFormatJsonSchema(_Open):
     type: Literal["json_schema"]
-    name: str | None = None
-    schema_: Json | None = Field(None, alias="schema")
+    name: NonEmpty
+    schema_: dict[str, Json] = Field(alias="schema")
     strict: bool | None = None
 
 

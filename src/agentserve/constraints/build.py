@@ -19,6 +19,7 @@ budget) get None and cost nothing downstream.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -142,6 +143,12 @@ def build(
             f"format or a thinking budget) is not supported for the {family} family yet",
             "tool_choice",
         )
+    if grammar.tool_names is not None:
+        for tool in body.tools:
+            if re.fullmatch(grammar.tool_names, tool.name) is None:
+                index = next((i for i, t in enumerate(tools) if t.name == tool.name), None)
+                message = f"tool name {tool.name!r} cannot be written in the {family} family's call syntax"
+                raise ConstraintError(message, "tools", index)
     thinking = options.reasoning.enabled
     try:
         text = source(body, grammar, markers, starts_in_reasoning, thinking)

@@ -244,7 +244,8 @@ class GrammarEngine:
         hit = self._prefixes.get(token)
         if hit is None:
             tok = self.tokenizer()
-            raw = tok.decode_bytes([token])
+            # a special token is one symbol (`<|im_end|>`): no part of its spelling is its meaning
+            raw = b"" if tok.is_special_token(token) else tok.decode_bytes([token])
             found: list[int] = []
             for end in range(len(raw) - 1, 0, -1):
                 if not raw[:end].strip():

@@ -52,6 +52,7 @@ END_OF_SENTENCE = "<｜end▁of▁sentence｜>"
 _MARKERS = MarkerSet([CALLS_BEGIN, CALL_BEGIN, SEP, CALL_END, CALLS_END, END_OF_SENTENCE])
 _V3_TYPE = "function"
 _NAME_END = re.compile(r"[\n`{]")
+NAMES = r"[^\n`{]+"  # what a call's name may hold: its end is the first of `_NAME_END`
 
 
 class _Head(IntEnum):
@@ -216,6 +217,7 @@ GRAMMAR = ToolGrammar(
     grammar_calls,
     think=("<think>", "</think>"),
     markers=(CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP),
+    tool_names=NAMES,
 )
 
 FAMILY = Family(

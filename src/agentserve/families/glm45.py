@@ -223,6 +223,7 @@ GRAMMAR = ToolGrammar(
     grammar_calls,
     think=("<think>", "</think>"),
     markers=(TOOL_CALL, "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
+    tool_names=_NAME_RUN.pattern,
 )
 
 FAMILY = Family(

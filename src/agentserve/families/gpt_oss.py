@@ -320,7 +320,11 @@ def grammar_layout(shape: Shape, m: Markers) -> str:
     return "\n".join(rules) + "\n"
 
 
-GRAMMAR = ToolGrammar(layout=grammar_layout, extra_markers=(START, CHANNEL, CONSTRAIN, MESSAGE, END))
+GRAMMAR = ToolGrammar(
+    layout=grammar_layout,
+    extra_markers=(START, CHANNEL, CONSTRAIN, MESSAGE, END),
+    tool_names=r"[^\s<]+",  # `to=functions.NAME` is one word of the header, before any `<|…|>`
+)
 
 
 FAMILY = Family(

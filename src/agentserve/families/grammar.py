@@ -23,6 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentserve.parsing.xmlargs import STRING, read_value, value_types
+from agentserve.schema_refs import deref, escape_token, inlined, nested, standalone
+
 ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 
 
@@ -103,7 +106,10 @@ def name_arguments_schema(tool: GrammarTool, arguments_key: str = "arguments") -
     """`{"name": <tool>, "<arguments_key>": <schema>}`, name first (Hermes, Mistral, Nemotron)."""
     return {
         "type": "object",
-        "properties": {"name": {"const": tool.name}, arguments_key: dict(tool.schema)},
+        "properties": {
+            "name": {"const": tool.name},
+            arguments_key: dict(nested(tool.schema, f"#/properties/{escape_token(arguments_key)}")),
+        },
         "required": ["name", arguments_key],
         "additionalProperties": False,
     }
@@ -143,57 +149,138 @@ class GrammarUnsupported(ValueError):
         self.tool = tool
 
 
+# Keywords that say nothing about which values are valid.
+ANNOTATIONS = frozenset(
+    {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
+)
+# What a root `arguments` object may say where each parameter is written apart (the XML families,
+# pythonic calls): its named parameters, which are required, whether others may appear.
+OBJECT_KEYWORDS = ANNOTATIONS | {
+    "type", "properties", "required", "additionalProperties", "$defs", "definitions", "$schema", "$id",
+}  # fmt: skip
+
+
 def is_any_object(schema: Mapping[str, Any]) -> bool:
     """Any arguments object: nothing to enforce beyond an object."""
-    return not schema.get("properties") and schema.get("additionalProperties") is not False
-
-
-def _string_only(schema: Mapping[str, Any]) -> bool:
-    kind = schema.get("type")
-    return kind == "string" or (
-        "type" not in schema and all(isinstance(v, str) for v in schema.get("enum", [None]))
+    return (
+        schema.get("type", "object") == "object"
+        and schema.get("additionalProperties", True) in (True, {})
+        and not (set(schema) - ANNOTATIONS - {"type", "additionalProperties", "properties", "$schema", "$id"})
+        and not schema.get("properties")
     )
 
 
-def _mentions_string(schema: Mapping[str, Any]) -> bool:
-    kind = schema.get("type")
-    if kind == "string" or (isinstance(kind, list) and "string" in kind):
-        return True
-    return any(
-        isinstance(sub, Mapping) and _mentions_string(sub)
+def parameters(tool: GrammarTool) -> tuple[list[tuple[str, Mapping[str, Any]]], set[str]]:
+    """A call's parameters in schema order as (name, schema), and the required ones, where each
+    parameter is written apart (the XML families, pythonic calls). A required name without a
+    schema of its own is any value. Raises GrammarUnsupported for a root such a syntax cannot
+    enforce (`anyOf`, `minProperties`, a schema for additional properties …): a 400, never a call
+    that skips it."""
+    root = deref(tool.schema, tool.schema)
+    extra = sorted(set(root) - OBJECT_KEYWORDS)
+    if extra:
+        raise GrammarUnsupported(f"{extra[0]!r} at the root of the parameters cannot be enforced", tool.name)
+    if root.get("type", "object") != "object":
+        raise GrammarUnsupported("the parameters must be an object", tool.name)
+    closed = root.get("additionalProperties", True)
+    if closed not in (True, False, {}):
+        raise GrammarUnsupported("a schema for 'additionalProperties' cannot be enforced", tool.name)
+    props = root.get("properties") or {}
+    named = [(k, v if isinstance(v, Mapping) else {}) for k, v in props.items()]
+    required = {r for r in root.get("required") or () if isinstance(r, str)}
+    for name in sorted(required - set(props)):
+        if closed is False:
+            raise GrammarUnsupported(f"required parameter {name!r} is not among the properties", tool.name)
+        named.append((name, {}))
+    return named, required
+
+
+def _literal_texts(
+    members: Sequence[object], types: tuple[str, ...], refused: str, tool: str, key: str
+) -> list[str]:
+    """The raw texts of `enum`/`const` members that the parser reads back as those members
+    (`parsing.xmlargs.read_value`), none holding the closing tag's text `refused`."""
+    texts = []
+    for member in members:
+        text = member if isinstance(member, str) else json.dumps(member, ensure_ascii=False)
+        if refused and refused in text:
+            continue
+        back = json.loads(read_value(text, types))
+        if back == member and type(back) is type(member):
+            texts.append(text)
+    if not texts:
+        raise GrammarUnsupported(f"no value of parameter {key!r} can be written as a raw-text value", tool)
+    return texts
+
+
+def _bare_union(schema: Mapping[str, Any], root: Mapping[str, Any]) -> bool:
+    """Types and nothing else (`["string", "null"]`, `anyOf` of bare types): every raw text is read
+    back as one of them, so any text is a valid value."""
+    if set(schema) - ANNOTATIONS - {"type", "anyOf", "oneOf", "nullable"}:
+        return False
+    return all(
+        isinstance(b, Mapping) and _bare_union(deref(b, root), root)
         for key in ("anyOf", "oneOf")
-        for sub in schema.get(key, [])
+        for b in schema.get(key, [])
     )
 
 
-def raw_value(schema: Mapping[str, Any], raw: str, closer: str, tool: str, key: str, *, pad: str = "") -> str:
+def raw_value(
+    schema: Mapping[str, Any],
+    raw: str,
+    closer: str,
+    tool: str,
+    key: str,
+    *,
+    pad: str = "",
+    root: Mapping[str, Any] | None = None,
+) -> str:
     """A parameter value as the XML families write it — raw text for strings, JSON text for every
     other type (what `parsing.xmlargs` reads back by the schema) — and its closing tag, as a Lark
     expression. `raw` is the family's free-text value including its closer (a rule with a
     `[lazy]` regex that ends with it, or a terminal and a special-token closer); `closer` the
-    closer alone; `pad` the formatting the parser strips around a value (qwen3-coder's one
-    newline each side)."""
-    if "const" in schema and isinstance(schema["const"], str):
-        return f"{pad} {lit(schema['const'])} {pad} {closer}"
-    if _string_only(schema):
-        enum = schema.get("enum")
-        if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
-            return f"{pad} (" + " | ".join(lit(v) for v in enum) + f") {pad} {closer}"
-        pattern = schema.get("pattern")
-        if isinstance(pattern, str) and "/" not in pattern:
-            return f"{pad} /" + pattern.removeprefix("^").removesuffix("$") + f"/ {pad} {closer}"
-        for unsupported in ("format", "minLength", "maxLength"):
-            if unsupported in schema:
-                raise GrammarUnsupported(
-                    f"{unsupported!r} of parameter {key!r} cannot be enforced on a raw-text value", tool
-                )
-        return raw
-    if _mentions_string(schema):
+    closer alone (a string literal, or a special token text never holds); `pad` the formatting
+    the parser strips around a value (qwen3-coder's one newline each side); `root` the tool's
+    whole schema, which `schema`'s `$ref`s point into."""
+    root = root if root is not None else schema
+    resolved = deref(schema, root)
+    types = value_types(inlined(resolved, root))
+    refused = json.loads(closer) if closer.startswith('"') else ""
+    members = (
+        resolved.get("enum") if "enum" in resolved else [resolved["const"]] if "const" in resolved else None
+    )
+    if isinstance(members, list):
+        texts = _literal_texts(members, types, refused, tool, key)
+        return f"{pad} (" + " | ".join(lit(t) for t in texts) + f") {pad} {closer}"
+    if STRING not in types:
+        return f"WS? {json_rule(standalone(schema, root))} WS? {closer}"
+    if types != (STRING,):
+        if _bare_union(resolved, root) and not ("oneOf" in resolved and {"integer", "number"} <= set(types)):
+            return raw
         raise GrammarUnsupported(
             f"parameter {key!r} mixes strings with other types, which a raw-text value cannot tell apart",
             tool,
         )
-    return f"WS? {json_rule(schema)} WS? {closer}"
+    for unsupported in ("format", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "not"):
+        if unsupported in resolved:
+            raise GrammarUnsupported(
+                f"{unsupported!r} of parameter {key!r} cannot be enforced on a raw-text value", tool
+            )
+    pattern = resolved.get("pattern")
+    if isinstance(pattern, str):
+        return (
+            f"{pad} /" + _slashes_escaped(pattern.removeprefix("^").removesuffix("$")) + f"/ {pad} {closer}"
+        )
+    return raw
+
+
+def _slashes_escaped(pattern: str) -> str:
+    """A regex as a Lark `/…/` literal: its unescaped `/` escaped."""
+    out, escaped = [], False
+    for ch in pattern:
+        out.append("\\/" if ch == "/" and not escaped else ch)
+        escaped = ch == "\\" and not escaped
+    return "".join(out)
 
 
 def xml_parameters(
@@ -202,14 +289,12 @@ def xml_parameters(
     """The parameters of one call as a Lark expression: in schema order, required ones always,
     optional ones maybe; any keys and raw values when the schema names no properties.
     `param(key, value)` writes one parameter around a value that ends with its closer."""
-    schema = tool.schema
-    if is_any_object(schema):
+    if is_any_object(deref(tool.schema, tool.schema)):
         return f"({param(key, raw)})*"
-    props = schema.get("properties") or {}
-    required = set(schema.get("required") or ())
+    named, required = parameters(tool)
     parts: list[str] = []
-    for name, sub in props.items():
-        value = raw_value(sub if isinstance(sub, Mapping) else {}, raw, closer, tool.name, name, pad=pad)
+    for name, sub in named:
+        value = raw_value(sub, raw, closer, tool.name, name, pad=pad, root=tool.schema)
         expr = param(lit(name), value)
         parts.append(expr if name in required else f"({expr})?")
     return " ".join(parts) if parts else "WS?"
@@ -247,6 +332,10 @@ class ToolGrammar:
     # (harmony's channels); None: the generic `reasoning? body` layout of `constraints.build`.
     layout: Layout | None = None
     extra_markers: tuple[str, ...] = ()  # special tokens a layout references besides `markers`
+    # The tool names the family's call syntax carries, as the regex its parser reads a name with
+    # (a whole name matches it); None: any name (a JSON string). A constrained call of a tool the
+    # syntax cannot name is a 400, not a call the parser would misread.
+    tool_names: str | None = None
 
     @property
     def marker_strings(self) -> tuple[str, ...]:

@@ -120,6 +120,7 @@ GRAMMAR = ToolGrammar(
         "<|tool_call_end|>",
         "<|tool_call_argument_begin|>",
     ),
+    tool_names=r"[^:\s](?:[^:]*[^:\s])?",  # `functions.NAME:IDX`, read back up to its `:` and stripped
 )
 
 FAMILY = Family(

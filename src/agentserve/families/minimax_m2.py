@@ -248,7 +248,12 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
     return "\n".join(rules)
 
 
-GRAMMAR = ToolGrammar(grammar_calls, think=("<think>", "</think>"), markers=(WRAPPER, WRAPPER_END))
+GRAMMAR = ToolGrammar(
+    grammar_calls,
+    think=("<think>", "</think>"),
+    markers=(WRAPPER, WRAPPER_END),
+    tool_names=VALID_NAME.pattern,
+)
 
 FAMILY = Family(
     name="minimax-m2",

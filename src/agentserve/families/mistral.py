@@ -226,7 +226,12 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
     )
 
 
-GRAMMAR = ToolGrammar(grammar_calls, think=("[THINK]", "[/THINK]"), markers=("[TOOL_CALLS]", "[ARGS]"))
+GRAMMAR = ToolGrammar(
+    grammar_calls,
+    think=("[THINK]", "[/THINK]"),
+    markers=("[TOOL_CALLS]", "[ARGS]"),
+    tool_names=_NAME_RUN.pattern,
+)
 
 FAMILY = Family(
     name="mistral",

@@ -12,6 +12,7 @@ list of calls (`[1, 2]`, a Markdown link) comes out as text. Olmo 3 Think reason
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,17 +20,20 @@ from agentserve.families.base import Family
 from agentserve.families.grammar import (
     CallCount,
     GrammarTool,
+    GrammarUnsupported,
     Markers,
     ToolGrammar,
     alternatives,
     is_any_object,
     json_rule,
     lit,
+    parameters,
     repeat,
 )
 from agentserve.families.tokens import LLAMA3
-from agentserve.parsing.pycalls import PythonCallsBlock
+from agentserve.parsing.pycalls import NAME_RUN, NAME_START, PythonCallsBlock
 from agentserve.parsing.stream import BlockContext, ParserOptions, StreamParser, Syntax, ToolBlock
+from agentserve.schema_refs import deref, standalone
 
 PYTHON_START, PYTHON_END = "<|python_start|>", "<|python_end|>"
 FUNCTION_CALLS, FUNCTION_CALLS_END = "<function_calls>", "</function_calls>"
@@ -67,13 +71,13 @@ COMMA = 'WS? "," WS?'
 def _arguments(i: int, tool: GrammarTool, rules: list[str]) -> str:
     """Rules for one call's keyword arguments, in schema order (optional ones may be left out; the
     commas follow whichever are present), returning the nonterminal that starts them."""
-    schema = tool.schema
-    if is_any_object(schema):
+    if is_any_object(deref(tool.schema, tool.schema)):
         pair = f'ARG_NAME "=" {json_rule(ANY_VALUE)}'
         rules.append(f"args_{i}: ({pair} ({COMMA} {pair})*)?")
         return f"args_{i}"
-    props = list((schema.get("properties") or {}).items())
-    required = set(schema.get("required") or ())
+    props, required = parameters(tool)
+    for key, _ in props:
+        _identifier(key, tool.name, "parameter")
     for k in range(len(props), -1, -1):
         for comma in (0, 1):
             name = f"args_{i}_{k}_{comma}"
@@ -81,12 +85,20 @@ def _arguments(i: int, tool: GrammarTool, rules: list[str]) -> str:
                 rules.append(f'{name}: ""')
                 continue
             key, sub = props[k]
-            value = json_rule(sub if isinstance(sub, Mapping) else {})
+            value = json_rule(standalone(sub, tool.schema))
             head = (f"{COMMA} " if comma else "") + f"{lit(key + '=')} {value}"
             present = f"{head} args_{i}_{k + 1}_1"
             skip = "" if key in required else f" | args_{i}_{k + 1}_{comma}"
             rules.append(f"{name}: {present}{skip}")
     return f"args_{i}_0_0"
+
+
+def _identifier(name: str, tool: str, what: str) -> None:
+    """Names a call writes bare must be Python identifiers (else the parser reads no call)."""
+    if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
+        raise GrammarUnsupported(
+            f"{what} {name!r} is not a Python identifier, which pythonic calls need", tool
+        )
 
 
 def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
@@ -101,12 +113,17 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
     head = [
         f'calls: "[" WS? {repeat("call", COMMA, count)} WS? "]"',
         f"call: {alternatives(calls)}",
-        "ARG_NAME: /[A-Za-z_][A-Za-z0-9_]*/",
+        f"ARG_NAME: /[A-Za-z_][A-Za-z0-9_]*/ & ~/({'|'.join(keyword.kwlist)})/",
     ]
     return "\n".join(head + rules)
 
 
-GRAMMAR = ToolGrammar(grammar_calls, calls_first=True, text_not_first="[")
+GRAMMAR = ToolGrammar(
+    grammar_calls,
+    calls_first=True,
+    text_not_first="[",
+    tool_names=f"{NAME_START.pattern}(?:{NAME_RUN.pattern})?",
+)
 
 
 FAMILY = Family(

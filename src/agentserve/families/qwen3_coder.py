@@ -275,7 +275,10 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
 
 
 GRAMMAR = ToolGrammar(
-    grammar_calls, think=("<think>", "</think>"), markers=("<tool_call>", "</tool_call>", "<function=")
+    grammar_calls,
+    think=("<think>", "</think>"),
+    markers=("<tool_call>", "</tool_call>", "<function="),
+    tool_names=VALID_NAME.pattern,
 )
 
 FAMILY = Family(

@@ -21,8 +21,8 @@ from agentserve.conversation import OutputEvent
 from agentserve.parsing.stream import BlockContext
 
 _WS = " \t\r\n"
-_NAME_START = re.compile(r"[^\W\d]")  # a letter or `_`
-_NAME_RUN = re.compile(r"[\w.\-]+")  # MCP names may carry `-`; the name is never given to `ast`
+NAME_START = re.compile(r"[^\W\d]")  # a letter or `_`
+NAME_RUN = re.compile(r"[\w.\-]+")  # MCP names may carry `-`; the name is never given to `ast`
 _CODE_RUN = re.compile(r"[^'\"()\[\]{}]+")
 _STRING_RUN = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
@@ -129,7 +129,7 @@ class PythonCallsBlock:
                 i = self._scan_args(buf, i, out)
                 continue
             if state == _NAME:
-                run = _NAME_RUN.match(buf, i)
+                run = NAME_RUN.match(buf, i)
                 if run is not None:
                     self._name.append(run.group())
                     self._pending.append(run.group())
@@ -151,13 +151,13 @@ class PythonCallsBlock:
                     self._pending.append(c)
                     self._state = _NAME_OR_END
                     i += 1
-                elif self._bracketed is None and _NAME_START.match(c):
+                elif self._bracketed is None and NAME_START.match(c):
                     self._bracketed = False
                     self._begin_name()
                 else:
                     return self._give_up(i)
             elif state == _NAME_OR_END:
-                if _NAME_START.match(c):
+                if NAME_START.match(c):
                     self._begin_name()
                 elif c == "]" and self._committed:  # `[f(), ]`
                     i = self._end_list(i)
@@ -172,7 +172,7 @@ class PythonCallsBlock:
                     if c != "]":
                         return self._give_up(i)
                     i = self._end_list(i)
-                elif _NAME_START.match(c):
+                elif NAME_START.match(c):
                     self._begin_name()  # the next call on its own line
                 else:
                     self._state = _POST

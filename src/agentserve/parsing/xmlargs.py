@@ -29,6 +29,7 @@ from typing import Any
 
 from agentserve.conversation import OutputEvent, ToolSpec
 from agentserve.parsing.toolcalls import ToolCalls
+from agentserve.schema_refs import deref, has_local_refs, inlined
 
 STRING = "string"
 _KNOWN = frozenset({"string", "integer", "number", "boolean", "null", "object", "array"})
@@ -87,8 +88,13 @@ def tool_properties(tools: Mapping[str, ToolSpec], name: str) -> Mapping[str, An
     spec = tools.get(name)
     if spec is None or not isinstance(spec.parameters, Mapping):
         return {}
-    props = spec.parameters.get("properties")
-    return props if isinstance(props, Mapping) else {}
+    root = spec.parameters
+    props = deref(root, root).get("properties")
+    if not isinstance(props, Mapping):
+        return {}
+    if has_local_refs(props):  # pydantic's nested models and enums: `{"$ref": "#/$defs/Color"}`
+        return {k: inlined(v, root) for k, v in props.items()}
+    return props
 
 
 def tool_required(tools: Mapping[str, ToolSpec], name: str) -> frozenset[str]:
@@ -221,6 +227,24 @@ def convert(text: str, kind: str) -> str | None:
     return None
 
 
+def _converted(text: str, types: tuple[str, ...]) -> str:
+    for kind in types:
+        converted = convert(text, kind)
+        if converted is not None:
+            return converted
+    # Not the declared type. A non-string parameter written `null` is null (templates render None
+    # that way); anything else keeps the model's text as a string.
+    return "null" if text.strip() == "null" else '"' + escape(text) + '"'
+
+
+def read_value(text: str, types: tuple[str, ...]) -> str:
+    """The JSON text a whole value `text` of a parameter typed `types` (`value_types`) is read as:
+    what `ArgsWriter` sends for it (the constraint grammars write only texts read back as valid)."""
+    if types == _STRING_ONLY:
+        return '"' + escape(text) + '"'
+    return _converted(text, types)
+
+
 def _could_be(s: str, kind: str) -> bool:
     """Could a value whose text starts with `s` (no leading whitespace) still convert to `kind`?"""
     body = s.rstrip()
@@ -305,15 +329,7 @@ class ArgsWriter:
             return
         text = "".join(self._held)
         self._held = []
-        for kind in self._types:
-            converted = convert(text, kind)
-            if converted is not None:
-                break
-        else:
-            # Not the declared type. A non-string parameter written `null` is null (templates render
-            # None that way); anything else keeps the model's text as a string.
-            converted = "null" if text.strip() == "null" else '"' + escape(text) + '"'
-        self._calls.args(converted, out)
+        self._calls.args(_converted(text, self._types), out)
         self._mode = _STREAM
 
     def finish(self, out: list[OutputEvent]) -> bool:

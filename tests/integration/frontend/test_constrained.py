@@ -540,3 +540,109 @@ def test_strict_schemas_that_break_openais_rules_are_400s_naming_the_place(stack
         tools=[{"type": "function", "function": {"name": "Bash", "parameters": LOOSE}}],
     )
     assert loose.choices[0].finish_reason in ("stop", "tool_calls")
+
+
+@pytest.mark.parametrize("definition", ["(", "[0-9", "(?=a)a"])
+def test_a_regex_format_that_cannot_be_compiled_is_a_400_naming_it(stack: Served, definition: str) -> None:
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    fn: Any = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
+    custom: Any = {
+        "type": "custom",
+        "name": "c",
+        "format": {"type": "grammar", "syntax": "regex", "definition": definition},
+    }
+    with pytest.raises(openai.BadRequestError) as responses:
+        c.responses.create(model="m", input="hi", tools=[fn, custom])
+    assert responses.value.body["param"] == "tools[1].format.definition"  # type: ignore[index]
+    chat_custom: Any = {
+        "type": "custom",
+        "custom": {
+            "name": "c",
+            "format": {"type": "grammar", "grammar": {"syntax": "regex", "definition": definition}},
+        },
+    }
+    with pytest.raises(openai.BadRequestError) as chat:
+        c.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], tools=[chat_custom]
+        )
+    assert chat.value.body["param"] == "tools[0].custom.format.grammar.definition"  # type: ignore[index]
+
+
+@STREAM
+def test_chat_tool_choice_can_force_a_custom_tool(stack: Served, stream: bool) -> None:
+    """The script writes prose for `hello`; `{"type": "custom", ...}` forces the custom tool."""
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    tools: Any = [
+        *chat_tools(),
+        {
+            "type": "custom",
+            "custom": {
+                "name": "digits",
+                "format": {"type": "grammar", "grammar": {"syntax": "regex", "definition": "[0-9]{2,4}"}},
+            },
+        },
+    ]
+    messages: Any = [{"role": "user", "content": "hello"}]
+    choice: Any = {"type": "custom", "custom": {"name": "digits"}}
+    if stream:
+        calls: list[Any] = []
+        for chunk in c.chat.completions.create(
+            model="m", messages=messages, tools=tools, tool_choice=choice, stream=True
+        ):
+            if chunk.choices and chunk.choices[0].delta.tool_calls:
+                calls += chunk.choices[0].delta.tool_calls
+        (call,) = calls
+        assert call.model_extra is not None
+        name, inputs = call.model_extra["custom"]["name"], call.model_extra["custom"]["input"]
+    else:
+        message = (
+            c.chat.completions.create(model="m", messages=messages, tools=tools, tool_choice=choice)
+            .choices[0]
+            .message
+        )
+        (call,) = message.tool_calls or []
+        assert call.type == "custom"
+        name, inputs = call.custom.name, call.custom.input
+    assert name == "digits" and re.fullmatch("[0-9]{2,4}", inputs), inputs
+
+
+def test_a_tool_choice_naming_a_tool_of_the_other_kind_is_a_400(stack: Served) -> None:
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    fn: Any = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
+    custom: Any = {"type": "custom", "name": "c"}
+    for choice in ({"type": "custom", "name": "f"}, {"type": "function", "name": "c"}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            c.responses.create(model="m", input="hi", tools=[fn, custom], tool_choice=choice)  # type: ignore[arg-type]
+        assert caught.value.body["param"] == "tool_choice"  # type: ignore[index]
+    chat: Any = [*chat_tools(), {"type": "custom", "custom": {"name": "c"}}]
+    messages: Any = [{"role": "user", "content": "hi"}]
+    for named in (
+        {"type": "custom", "custom": {"name": "Bash"}},
+        {"type": "function", "function": {"name": "c"}},
+    ):
+        with pytest.raises(openai.BadRequestError) as caught:
+            c.chat.completions.create(model="m", messages=messages, tools=chat, tool_choice=named)
+        assert caught.value.body["param"] == "tool_choice"  # type: ignore[index]
+    allowed: Any = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "c"}}]},
+    }
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model="m", messages=messages, tools=chat, tool_choice=allowed)
+
+
+def test_a_json_schema_format_needs_its_name_and_schema(stack: Served) -> None:
+    """OpenAI requires both (Chat: the name; Responses: the name and the schema)."""
+    c = openai.OpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.BadRequestError) as chat:
+        c.chat.completions.create(
+            model="m",
+            messages=messages,
+            response_format={"type": "json_schema", "json_schema": {"schema": ANSWER_SCHEMA}},
+        )  # type: ignore[typeddict-item]
+    assert chat.value.body["param"] == "response_format.json_schema.name"  # type: ignore[index]
+    for fmt, missing in (({"schema": ANSWER_SCHEMA}, "name"), ({"name": "a"}, "schema")):
+        with pytest.raises(openai.BadRequestError) as caught:
+            c.responses.create(model="m", input="hi", text={"format": {"type": "json_schema", **fmt}})  # type: ignore[typeddict-item]
+        assert caught.value.body["param"] == f"text.format.{missing}"  # type: ignore[index]

@@ -8,11 +8,14 @@ while the script would break them. The control (no constraint) shows the script'
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jsonschema
+import openai
+import pydantic
 import pytest
 from constrained_client import (
     Specs,
@@ -165,3 +168,113 @@ def test_strict_arguments_are_obeyed(family: Served, api: str, stream: bool) -> 
     assert calls and all(name == "get_weather" for name, _ in calls)
     for _, arguments in calls:
         jsonschema.validate(arguments, STRICT_WEATHER)
+
+
+class Point(pydantic.BaseModel):
+    x: int
+    y: int
+
+
+class Color(enum.StrEnum):
+    red = "red"
+    green = "green"
+
+
+class Weather(pydantic.BaseModel):
+    """Pydantic writes nested models and enums as `$ref`s into `$defs` (as the SDKs send them)."""
+
+    city: Color
+    at: Point
+    note: str | None = None
+
+
+WEATHER_REFS = Weather.model_json_schema()
+
+
+@APIS
+@STREAM
+def test_a_forced_call_obeys_a_schema_of_refs(family: Served, api: str, stream: bool) -> None:
+    """The script calls get_weather for Paris; the forced schema, all `$ref`s, wants a color and a
+    point: every family's syntax (a wrapper object, one value per parameter) keeps the refs."""
+    assert "$defs" in WEATHER_REFS and "$ref" in json.dumps(WEATHER_REFS["properties"])
+    tools = {"anthropic": anthropic_tools, "chat": chat_tools, "responses": responses_tools}[api](
+        tools=(("get_weather", WEATHER_REFS),)
+    )
+    named = {
+        "anthropic": {"type": "tool", "name": "get_weather"},
+        "chat": {"type": "function", "function": {"name": "get_weather"}},
+        "responses": {"type": "function", "name": "get_weather"},
+    }[api]
+    _, calls = TURNS[api](family, stream, "go", tools=tools, tool_choice=named)
+    assert calls and all(name == "get_weather" for name, _ in calls)
+    for _, arguments in calls:
+        jsonschema.validate(arguments, WEATHER_REFS)
+        Weather.model_validate(arguments)
+
+
+# Schemas every family's syntax must enforce: where a parameter is written as raw text (the XML
+# families) or as a keyword argument (pythonic), these take care (an unescaped `/` in a pattern,
+# enum members of several types or holding the closing tag, a type list, a nullable string).
+ENFORCEABLE: dict[str, dict[str, Any]] = {
+    "pattern_with_slash": {"properties": {"path": {"type": "string", "pattern": "^/usr/[a-z]+$"}}},
+    "mixed_enum": {"properties": {"m": {"enum": ["a", 1, None, True]}}},
+    "enum_holding_a_closing_tag": {"properties": {"t": {"enum": ["</parameter>", "</arg_value>", "ok"]}}},
+    "required_without_properties": {"required": ["must"]},
+    "type_list": {"properties": {"s": {"type": ["string"]}}},
+    "nullable_string": {"properties": {"s": {"anyOf": [{"type": "string"}, {"type": "null"}]}}},
+}
+# Schemas a family may refuse (a 400 naming the tool) but never answer with arguments that break them.
+REFUSABLE: dict[str, dict[str, Any]] = {
+    "root_any_of": {
+        "anyOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {"type": "object", "properties": {"b": {"type": "boolean"}}, "required": ["b"]},
+        ]
+    },
+    "additional_properties_schema": {"additionalProperties": {"type": "integer"}, "minProperties": 1},
+    "pattern_and_max_length": {
+        "properties": {"c": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}}
+    },
+}
+
+
+def _whole(schema: dict[str, Any]) -> dict[str, Any]:
+    props = schema.get("properties", {})
+    return {"type": "object", **schema, "required": schema.get("required", list(props))}
+
+
+@STREAM
+@pytest.mark.parametrize("name", [*ENFORCEABLE, *REFUSABLE])
+def test_a_forced_call_obeys_or_refuses_its_schema(family: Served, stream: bool, name: str) -> None:
+    schema = _whole({**ENFORCEABLE, **REFUSABLE}[name])
+    kw = {
+        "tools": chat_tools(tools=(("f", schema),)),
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+    }
+    try:
+        _, calls = chat_turn(family, stream, "go", **kw)
+    except openai.BadRequestError as exc:
+        assert name in REFUSABLE, exc.message
+        assert isinstance(exc.body, dict) and exc.body.get("param") == "tools[0].function.parameters"
+        return
+    assert calls and all(n == "f" for n, _ in calls)
+    for _, arguments in calls:
+        jsonschema.validate(arguments, schema)
+
+
+@pytest.mark.parametrize("tool", ["mcp.server-tool", "a b", "ns/tool:1", "9lives"])
+def test_a_forced_tool_is_called_by_its_own_name_or_refused(family: Served, tool: str) -> None:
+    """A name the family's call syntax cannot carry is a 400, never a call read back as another
+    tool or as text."""
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    kw = {
+        "tools": chat_tools(tools=((tool, schema),)),
+        "tool_choice": {"type": "function", "function": {"name": tool}},
+    }
+    try:
+        _, calls = chat_turn(family, False, "go", **kw)
+    except openai.BadRequestError as exc:
+        assert tool != "mcp.server-tool", exc.message  # every family writes MCP's dotted names
+        assert isinstance(exc.body, dict) and str(exc.body.get("param")).startswith("tools[0]")
+        return
+    assert calls and [name for name, _ in calls] == [tool] * len(calls)

@@ -321,7 +321,7 @@ def _choice(value: Any, path: str, *, legacy: bool) -> ToolChoice | None:
     choice = expect_dict(value, path)
     if legacy:  # function_call: {"name": ...}
         return ToolChoice("named", req_str(choice, "name", path, nonempty=True))
-    kind = one_of(req_str(choice, "type", path), ("function", "allowed_tools"), at(path, "type"))
+    kind = one_of(req_str(choice, "type", path), ("function", "custom", "allowed_tools"), at(path, "type"))
     if kind == "allowed_tools":
         # {"type": "allowed_tools", "allowed_tools": {"mode": "auto"|"required", "tools": [...]}}
         spec = expect_dict(choice.get("allowed_tools"), at(path, "allowed_tools"))
@@ -331,11 +331,24 @@ def _choice(value: Any, path: str, *, legacy: bool) -> ToolChoice | None:
         for i, raw in enumerate(expect_list(spec.get("tools"), at(spath, "tools"))):
             tpath = at(at(spath, "tools"), i)
             tool = expect_dict(raw, tpath)
-            one_of(req_str(tool, "type", tpath), ("function",), at(tpath, "type"))
-            names.append(req_str(expect_dict(tool.get("function"), at(tpath, "function")), "name", tpath))
+            tkind = one_of(req_str(tool, "type", tpath), ("function", "custom"), at(tpath, "type"))
+            names.append(req_str(expect_dict(tool.get(tkind), at(tpath, tkind)), "name", at(tpath, tkind)))
         return ToolChoice(mode, allowed=tuple(names))  # type: ignore[arg-type]
-    function = expect_dict(choice.get("function"), at(path, "function"))
-    return ToolChoice("named", req_str(function, "name", at(path, "function"), nonempty=True))
+    named = expect_dict(choice.get(kind), at(path, kind))
+    return ToolChoice("named", req_str(named, "name", at(path, kind), nonempty=True))
+
+
+def _chosen_kinds(value: Any) -> list[tuple[str, str]]:
+    """The (name, kind) each tool a decoded `tool_choice` names says it is: `function` or
+    `custom` (a forced tool, or the allowed ones)."""
+    if not isinstance(value, dict):
+        return []
+    kind = value.get("type")
+    if kind in ("function", "custom"):
+        return [(value[kind]["name"], kind)]
+    if kind == "allowed_tools":
+        return [(t[t["type"]]["name"], t["type"]) for t in value["allowed_tools"]["tools"]]
+    return []
 
 
 def _response_format(b: dict[str, Any]) -> ResponseFormat | None:
@@ -354,7 +367,7 @@ def _response_format(b: dict[str, Any]) -> ResponseFormat | None:
             check_depth(
                 opt_dict(spec, "schema", "response_format.json_schema"), "response_format.json_schema.schema"
             ),
-            opt_str(spec, "name", "response_format.json_schema"),
+            req_str(spec, "name", "response_format.json_schema", nonempty=True),  # required by OpenAI
             opt_bool(spec, "strict", "response_format.json_schema"),
         )
         if fmt.strict:
@@ -401,6 +414,13 @@ def decode_chat(body: Any, *, memory: CallMemory | None = None, memory_scope: st
         if all(t.name != name for t in tools):
             raise InvalidRequestError(
                 f"Invalid value for 'tool_choice': allowed tool {name!r} is not in tools", param="tool_choice"
+            )
+    for name, kind in _chosen_kinds(b.get("tool_choice")):
+        if any(t.name == name for t in tools) and (name in d.custom_tools) != (kind == "custom"):
+            other = "function" if kind == "custom" else "custom tool"
+            raise InvalidRequestError(
+                f"Invalid value for 'tool_choice': {name!r} is a {other}, not a {kind} tool",
+                param="tool_choice",
             )
     if tool_choice.mode == "named" and all(t.name != tool_choice.name for t in tools):
         # OpenAI answers 400: a forced call of a function the model was not given.

@@ -21,6 +21,7 @@ from agentserve.api._check import (
     opt_int,
     opt_number,
     opt_str,
+    req_dict,
     req_name,
     req_str,
     str_list,
@@ -398,8 +399,9 @@ def _text(value: Any) -> tuple[str | None, ResponseFormat | None]:
         if kind == "json_schema":
             fmt = ResponseFormat(
                 "json_schema",
-                check_depth(opt_dict(raw, "schema", "text.format"), "text.format.schema"),
-                opt_str(raw, "name", "text.format"),
+                # both required by OpenAI
+                check_depth(req_dict(raw, "schema", "text.format"), "text.format.schema"),
+                req_str(raw, "name", "text.format", nonempty=True),
                 opt_bool(raw, "strict", "text.format"),
             )
             if fmt.strict:
@@ -491,6 +493,13 @@ def decode_responses(
         raise InvalidRequestError(
             f"Tool choice {tool_choice.name!r} not found in 'tools' parameter.", param="tool_choice"
         )
+    if tool_choice.mode == "named" and tool_choice.name is not None:
+        said, kind = b["tool_choice"]["type"], d.tool_kinds[tool_choice.name].kind
+        if said in ("function", "custom") and kind in ("function", "custom") and said != kind:
+            raise InvalidRequestError(
+                f"Tool choice {said!r} names {tool_choice.name!r}, which is a {kind} tool.",
+                param="tool_choice",
+            )
     options = GenerationOptions(
         model=model,
         max_tokens=opt_int(b, "max_output_tokens", "", minimum=1),

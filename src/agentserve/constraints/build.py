@@ -39,7 +39,7 @@ from agentserve.families.grammar import (
     text_without,
 )
 
-ParamKind = Literal["tools", "tool_choice", "response_format", "thinking"]
+ParamKind = Literal["tools", "tool_name", "tool_choice", "response_format", "thinking"]
 ANY_JSON_OBJECT: Mapping[str, Any] = {"type": "object"}
 
 
@@ -148,7 +148,7 @@ def build(
             if re.fullmatch(grammar.tool_names, tool.name) is None:
                 index = next((i for i, t in enumerate(tools) if t.name == tool.name), None)
                 message = f"tool name {tool.name!r} cannot be written in the {family} family's call syntax"
-                raise ConstraintError(message, "tools", index)
+                raise ConstraintError(message, "tool_name", index)
     thinking = options.reasoning.enabled
     try:
         text = source(body, grammar, markers, starts_in_reasoning, thinking)

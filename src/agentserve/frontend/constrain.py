@@ -25,6 +25,11 @@ _TOOL_PARAM: dict[ApiName, str] = {
     "chat": "tools[{}].function.parameters",
     "responses": "tools[{}].parameters",
 }
+_TOOL_NAME_PARAM: dict[ApiName, str] = {
+    "anthropic": "tools.{}.name",
+    "chat": "tools[{}].function.name",
+    "responses": "tools[{}].name",
+}
 _FORMAT_PARAM: dict[ApiName, str] = {
     "anthropic": "output_config.format.schema",
     "chat": "response_format.json_schema.schema",
@@ -55,6 +60,8 @@ def param_for(api: ApiName, kind: ParamKind, index: int | None = None) -> str:
     """The API's name of the field a constraint error is about."""
     if kind == "tools":
         return _TOOL_PARAM[api].format(index if index is not None else 0)
+    if kind == "tool_name":
+        return _TOOL_NAME_PARAM[api].format(index if index is not None else 0)
     if kind == "response_format":
         return _FORMAT_PARAM[api]
     if kind == "thinking":
@@ -181,7 +188,10 @@ class Constrainer:
             return None
         error = self.engine.check(constraint.grammar, self.stop_ids)
         if error is not None:
+            # llguidance's first line says why; the lines after it quote the grammar built here,
+            # which is this server's, not the request's
+            reason = error.strip().splitlines()[0] if error.strip() else error
             raise InvalidRequestError(
-                f"the request's tools and output format cannot be enforced: {error}", param="tools"
+                f"the request's tools and output format cannot be enforced: {reason}", param="tools"
             )
         return constraint

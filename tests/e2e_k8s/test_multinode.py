@@ -9,7 +9,6 @@ elsewhere. Each worker is the Kimi K2 example's: TP 16, a group of two pods, one
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -211,22 +210,26 @@ def test_a_spec_change_rolls_the_groups_one_at_a_time(lws: Kube) -> None:
     kube = lws
     wait_for(lambda: _ready_groups(kube, "kimi", 2), 60, "two running groups")
     revision = "leaderworkerset.sigs.k8s.io/template-revision-hash"
-    old = {p["metadata"]["labels"][revision] for p in _pods(kube, "kimi")}
+    pods = _pods(kube, "kimi")
+    old = {p["metadata"]["labels"][revision] for p in pods}
     assert len(old) == 1
+    size = len(pods) // 2
     # The example rolls in place (updateStrategy replace: no spare leaf for a surge group).
     body = _cr("kimi", replicas=2, env=[{"name": "ROLL", "value": "1"}])
     kube.apply_yaml(yaml.safe_dump(body))
-    observed: list[int] = []  # groups whose pods are all on the new revision and running
+    disturbed: list[int] = []  # groups not whole and running on one template, at each look
 
     def rolled() -> bool:
         groups = _groups(kube, "kimi")
-        new = [
+        whole = [
             g
             for g in groups.values()
-            if all(p["metadata"]["labels"][revision] not in old and _running(p) for p in g)
+            if len(g) == size
+            and all(_running(p) for p in g)
+            and len({p["metadata"]["labels"][revision] for p in g}) == 1
         ]
-        on_old = [g for g in groups.values() if all(p["metadata"]["labels"][revision] in old for p in g)]
-        observed.append(len(on_old))
+        new = [g for g in whole if g[0]["metadata"]["labels"][revision] not in old]
+        disturbed.append(2 - len(whole))
         return len(new) == 2 and len(groups) == 2
 
     try:
@@ -235,9 +238,10 @@ def test_a_spec_change_rolls_the_groups_one_at_a_time(lws: Kube) -> None:
         print(kube.kubectl("get", "lws,pods", "-n", NS, "-o", "wide", "--show-labels"))
         print(kube.kubectl("get", "lws", "kimi-lws", "-n", NS, "-o", "yaml"))
         raise
-    # One at a time: the number of groups still on the old template only ever steps down by one.
-    steps = [b - a for a, b in itertools.pairwise(observed) if b != a]
-    assert all(step == -1 for step in steps), observed
+    # One at a time: never two groups down at once. (Counting the groups still on the old
+    # template is no measure: a group being recreated can show its old workers alone for a moment,
+    # until the garbage collector removes them after their leader.)
+    assert max(disturbed) <= 1, disturbed
 
 
 def test_without_leaderworkerset_a_multinode_spec_applies_nothing(lws: Kube) -> None:

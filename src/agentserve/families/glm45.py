@@ -31,6 +31,7 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
+    ValueSyntax,
     lit,
     per_tool_rules,
     repeat,
@@ -54,6 +55,7 @@ _VALUE_ENDS = tags(ARG_VALUE_END, ARG_KEY, TOOL_CALL_END)
 _CALL_END = tags(TOOL_CALL_END)
 _AFTER_NAME = (ARG_KEY, TOOL_CALL_END)
 _NAME_RUN = re.compile(r"[\w.:/-]*")
+KEYS = r"[^<\n]+"  # an `<arg_key>` name: up to its closing tag, on one line
 
 # States
 _NAME, _BODY_S, _KEY, _BETWEEN, _VALUE, _SKIP = range(6)
@@ -207,7 +209,8 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
     close = m.tok("</arg_value>")
 
     def function(tool: GrammarTool) -> str:
-        return f"{lit(tool.name)} {xml_parameters(tool, param, f'AVALUE {close}', close, 'AKEY')}"
+        values = ValueSyntax(raw=f"AVALUE {close}", closer=close, key="AKEY", keys=KEYS)
+        return f"{lit(tool.name)} {xml_parameters(tool, param, values)}"
 
     rules = [
         f"calls: {repeat('call', 'WS?', count)}",
@@ -215,7 +218,7 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
         *per_tool_rules("function", tools, function),
     ]
     closers = ["</arg_value>", "<arg_key>", "</tool_call>"]
-    rules += [f"AVALUE: {text_without(closers, nonempty=False)}", "AKEY: /[^<\\n]+/"]
+    rules += [f"AVALUE: {text_without(closers, nonempty=False)}", f"AKEY: /{KEYS}/"]
     return "\n".join(rules)
 
 

@@ -19,6 +19,7 @@ Nothing here compiles or does I/O.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,14 +197,14 @@ def parameters(tool: GrammarTool) -> tuple[list[tuple[str, Mapping[str, Any]]], 
 
 
 def _literal_texts(
-    members: Sequence[object], types: tuple[str, ...], refused: str, tool: str, key: str
+    members: Sequence[object], types: tuple[str, ...], refused: Sequence[str], tool: str, key: str
 ) -> list[str]:
     """The raw texts of `enum`/`const` members that the parser reads back as those members
-    (`parsing.xmlargs.read_value`), none holding the closing tag's text `refused`."""
+    (`parsing.xmlargs.read_value`), none holding a text that ends a value (`refused`)."""
     texts = []
     for member in members:
         text = member if isinstance(member, str) else json.dumps(member, ensure_ascii=False)
-        if refused and refused in text:
+        if any(stop and stop in text for stop in refused):
             continue
         back = json.loads(read_value(text, types))
         if back == member and type(back) is type(member):
@@ -211,6 +212,28 @@ def _literal_texts(
     if not texts:
         raise GrammarUnsupported(f"no value of parameter {key!r} can be written as a raw-text value", tool)
     return texts
+
+
+def _members(schema: Mapping[str, Any], root: Mapping[str, Any]) -> list[object] | None:
+    """The values a schema lists (`enum`, `const`, or a union of those and `null`: pydantic's
+    `Optional[Literal[…]]`); None where it does not list them all."""
+    if "enum" in schema or "const" in schema:
+        listed = schema.get("enum", [schema.get("const")])
+        return list(listed) if isinstance(listed, list) else None
+    branches = [b for key in ("anyOf", "oneOf") for b in schema.get(key, [])]
+    if not branches or set(schema) - ANNOTATIONS - {"anyOf", "oneOf"}:
+        return None
+    members: list[object] = []
+    for branch in branches:
+        resolved = deref(branch, root) if isinstance(branch, Mapping) else {}
+        if set(resolved) - ANNOTATIONS == {"type"} and resolved["type"] == "null":
+            members.append(None)
+            continue
+        listed = _members(resolved, root) if not ({"anyOf", "oneOf"} & set(resolved)) else None
+        if listed is None:
+            return None
+        members += listed
+    return members
 
 
 def _bare_union(schema: Mapping[str, Any], root: Mapping[str, Any]) -> bool:
@@ -225,32 +248,46 @@ def _bare_union(schema: Mapping[str, Any], root: Mapping[str, Any]) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ValueSyntax:
+    """How an XML family writes a parameter's value (facts of its parser, as Lark pieces)."""
+
+    raw: str  # the free-text value including its closer (a `[lazy]` rule that ends with it, or a
+    # terminal and a special-token closer)
+    closer: str  # the closer alone: a string literal, or a special token text never holds
+    key: str  # the terminal of any parameter name (a tool whose schema names none)
+    keys: str  # the regex of the parameter names the parser reads back whole (outside it: 400)
+    pad: str = ""  # what the parser strips around a value (qwen3-coder: one newline each side)
+    ends: tuple[str, ...] = ()  # texts besides the closer at which the parser ends a value
+
+    @property
+    def closer_text(self) -> str:
+        """The closer as text ("" for a special token)."""
+        return str(json.loads(self.closer)) if self.closer.startswith('"') else ""
+
+
 def raw_value(
     schema: Mapping[str, Any],
-    raw: str,
-    closer: str,
+    syntax: ValueSyntax,
     tool: str,
     key: str,
     *,
-    pad: str = "",
     root: Mapping[str, Any] | None = None,
+    rules: list[str] | None = None,
 ) -> str:
     """A parameter value as the XML families write it — raw text for strings, JSON text for every
     other type (what `parsing.xmlargs` reads back by the schema) — and its closing tag, as a Lark
-    expression. `raw` is the family's free-text value including its closer (a rule with a
-    `[lazy]` regex that ends with it, or a terminal and a special-token closer); `closer` the
-    closer alone (a string literal, or a special token text never holds); `pad` the formatting
-    the parser strips around a value (qwen3-coder's one newline each side); `root` the tool's
-    whole schema, which `schema`'s `$ref`s point into."""
+    expression, in the family's `syntax`. `root` is the tool's whole schema, which `schema`'s
+    `$ref`s point into; `rules` where a value needing a rule of its own adds it (a patterned value
+    before a text closer: `_lazy_value`)."""
+    raw, closer, pad = syntax.raw, syntax.closer, syntax.pad
     root = root if root is not None else schema
     resolved = deref(schema, root)
     types = value_types(inlined(resolved, root))
-    refused = json.loads(closer) if closer.startswith('"') else ""
-    members = (
-        resolved.get("enum") if "enum" in resolved else [resolved["const"]] if "const" in resolved else None
-    )
-    if isinstance(members, list):
-        texts = _literal_texts(members, types, refused, tool, key)
+    refused = syntax.closer_text
+    members = _members(resolved, root)
+    if members is not None:
+        texts = _literal_texts(members, types, (refused, *syntax.ends), tool, key)
         return f"{pad} (" + " | ".join(lit(t) for t in texts) + f") {pad} {closer}"
     if STRING not in types:
         return f"WS? {json_rule(standalone(schema, root))} WS? {closer}"
@@ -268,10 +305,31 @@ def raw_value(
             )
     pattern = resolved.get("pattern")
     if isinstance(pattern, str):
-        return (
-            f"{pad} /" + _slashes_escaped(pattern.removeprefix("^").removesuffix("$")) + f"/ {pad} {closer}"
-        )
+        regex = "/" + _slashes_escaped(pattern.removeprefix("^").removesuffix("$")) + "/"
+        if not refused or rules is None:  # a special-token closer: text never holds it
+            return f"{pad} {regex} {pad} {closer}"
+        return _lazy_value(regex, refused, pad, rules, syntax.ends)
     return raw
+
+
+def _lazy_value(regex: str, closer: str, pad: str, rules: list[str], ends: Sequence[str]) -> str:
+    """A patterned value and its text closer as one lazy lexeme (a rule added to `rules`): it ends
+    at the closer's first occurrence, where the parser ends the value. A greedy pattern (`x.*y`)
+    would run on past it, or could not end where its pattern allows more (`a( b)*` then the pad's
+    newline). The value never holds the closer, nor, with a pad (one newline each side, which the
+    parser strips), starts or ends with a newline, nor any other text the parser ends a value at
+    (`ends`: qwen3-coder's next `<parameter=`, `</function>` …)."""
+    n = len(rules)
+    stops = "|".join(_regex_escape(end) for end in dict.fromkeys((closer, *ends)))
+    body = f"{regex} & ~/(.|\\n)*({stops})(.|\\n)*/"
+    edge = ""
+    if pad:
+        if pad != '"\\n"?':
+            raise ValueError(f"a pad of one optional newline is the one known: {pad}")
+        body += " & ~/\\n(.|\\n)*/ & ~/(.|\\n)*\\n/"
+        edge = "/\\n?/"
+    rules += [f"XVALUE_{n}: {body}", f"xvalue_{n}[lazy]: {edge} XVALUE_{n} {edge} {lit(closer)}"]
+    return f"xvalue_{n}"
 
 
 def _slashes_escaped(pattern: str) -> str:
@@ -284,17 +342,24 @@ def _slashes_escaped(pattern: str) -> str:
 
 
 def xml_parameters(
-    tool: GrammarTool, param: Callable[[str, str], str], raw: str, closer: str, key: str, *, pad: str = ""
+    tool: GrammarTool, param: Callable[[str, str], str], syntax: ValueSyntax, rules: list[str] | None = None
 ) -> str:
     """The parameters of one call as a Lark expression: in schema order, required ones always,
     optional ones maybe; any keys and raw values when the schema names no properties.
-    `param(key, value)` writes one parameter around a value that ends with its closer."""
+    `param(key, value)` writes one parameter around a value that ends with its closer; `rules`
+    receives the rules some values need of their own (`raw_value`)."""
+    raw, key, keys = syntax.raw, syntax.key, syntax.keys
     if is_any_object(deref(tool.schema, tool.schema)):
         return f"({param(key, raw)})*"
     named, required = parameters(tool)
+    for name, _ in named:
+        if re.fullmatch(keys, name) is None or name != name.strip():
+            raise GrammarUnsupported(
+                f"parameter name {name!r} cannot be written in this call syntax", tool.name
+            )
     parts: list[str] = []
     for name, sub in named:
-        value = raw_value(sub, raw, closer, tool.name, name, pad=pad, root=tool.schema)
+        value = raw_value(sub, syntax, tool.name, name, root=tool.schema, rules=rules)
         expr = param(lit(name), value)
         parts.append(expr if name in required else f"({expr})?")
     return " ".join(parts) if parts else "WS?"

@@ -37,6 +37,7 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
+    ValueSyntax,
     lit,
     per_tool_rules,
     repeat,
@@ -60,6 +61,7 @@ _VALUE_ENDS = tags(PARAMETER_END, NEXT_PARAMETER, INVOKE_END, WRAPPER_END)
 _CALL_ENDS = tags(INVOKE_END, WRAPPER_END)
 _BETWEEN = (INVOKE, WRAPPER_END)
 _TAG_RUN = re.compile(r"[^<>\n]*")
+KEYS = r'[^<>"\n]+'  # a parameter's `name="…"` the tag's `_TAG_RUN` and `_ATTR` read back whole
 # A tag's attributes after `<invoke` / `<parameter`: just the name, double-quoted, single-quoted or bare.
 _ATTR = re.compile(r"\s+name\s*=\s*(?:\"([^\"]*)\"|'([^']*)'|([^\s\"'>]+))\s*")
 
@@ -228,6 +230,15 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+VALUES = ValueSyntax(
+    raw="mvalue",
+    closer='"</parameter>"',
+    key="MKEY",
+    keys=KEYS,
+    ends=(NEXT_PARAMETER, INVOKE_END, WRAPPER_END),
+)
+
+
 def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
     """`calls`: one `<minimax:tool_call>` wrapper of `<invoke name="…">` calls."""
 
@@ -236,15 +247,17 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
 
     def invoke(tool: GrammarTool) -> str:
         head = lit(f'<invoke name="{tool.name}">')
-        params = xml_parameters(tool, param, "mvalue", '"</parameter>"', "MKEY")
+        params = xml_parameters(tool, param, VALUES, values)
         return f'{head} WS? {params} "</invoke>"'
 
+    values: list[str] = []  # rules of values that need their own (`raw_value`)
     rules = [
         f"calls: {m.tok(WRAPPER)} WS? {repeat('invoke', 'WS?', count)} WS? {m.tok(WRAPPER_END)}",
         *per_tool_rules("invoke", tools, invoke),
+        *values,
     ]
     # A raw value runs to its closing tag, which it holds (a lazy lexeme: see qwen3_coder).
-    rules += ["mvalue[lazy]: /(.|\\n)*<\\/parameter>/", 'MKEY: /[^"\\n]+/']
+    rules += ["mvalue[lazy]: /(.|\\n)*<\\/parameter>/", f"MKEY: /{KEYS}/"]
     return "\n".join(rules)
 
 

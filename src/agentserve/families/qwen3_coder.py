@@ -38,6 +38,7 @@ from agentserve.families.grammar import (
     GrammarTool,
     Markers,
     ToolGrammar,
+    ValueSyntax,
     lit,
     per_tool_rules,
     repeat,
@@ -63,6 +64,7 @@ _AFTER = (TOOL_CALL_END, FUNCTION)
 _FIRST_IN_BODY = (PARAMETER, FUNCTION_END)
 _NAME_RUN = re.compile(r"[\w.:/ -]*")
 _KEY_RUN = re.compile(r"[^<>\n]*")
+KEYS = r"[^<>\n]+"  # the parameter names `_KEY_RUN` reads back whole
 
 # States
 _PRE, _NAME, _CONFIRM, _BODY_S, _KEY, _VALUE, _SKIP, _AFTER_S, _JSON = range(9)
@@ -252,6 +254,16 @@ def make_parser(options: ParserOptions) -> StreamParser:
     return StreamParser(SYNTAX, options)
 
 
+VALUES = ValueSyntax(
+    raw="pvalue",
+    closer='"</parameter>"',
+    key="PKEY",
+    keys=KEYS,
+    pad='"\\n"?',
+    ends=(PARAMETER, FUNCTION_END, TOOL_CALL_END),
+)
+
+
 def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) -> str:
     """`calls`: `<tool_call>` + `<function=NAME>` + `<parameter=K>` raw values (docs: module)."""
 
@@ -259,18 +271,20 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
         return f'"<parameter=" {key} ">" {value} WS?'
 
     def function(tool: GrammarTool) -> str:
-        params = xml_parameters(tool, param, "pvalue", '"</parameter>"', "PKEY", pad='"\\n"?')
+        params = xml_parameters(tool, param, VALUES, values)
         return f'{lit(f"<function={tool.name}>")} WS? {params} "</function>"'
 
+    values: list[str] = []  # rules of values that need their own (`raw_value`)
     rules = [
         f"calls: {repeat('call', 'WS?', count)}",
         f"call: {m.tok('<tool_call>')} WS? function WS? {m.tok('</tool_call>')}",
         *per_tool_rules("function", tools, function),
+        *values,
     ]
     # A raw value runs to its closing tag, which it holds: a lazy lexeme ends at the tag's first
     # occurrence (a greedy terminal could not end before it; a `stop=` string ends it too, but
     # llguidance's `validate_tokens` does not see past a stop string, and the sim validates).
-    rules += ["pvalue[lazy]: /(.|\\n)*<\\/parameter>/", "PKEY: /[^>\\n]+/"]
+    rules += ["pvalue[lazy]: /(.|\\n)*<\\/parameter>/", f"PKEY: /{KEYS}/"]
     return "\n".join(rules)
 
 

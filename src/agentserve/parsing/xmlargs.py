@@ -136,8 +136,8 @@ def _collect_types(schema: object, found: list[str], depth: int) -> None:
         if isinstance(branches, list):
             for branch in branches:
                 _collect_types(branch, found, depth + 1)
-    if not names and not found:
-        # Untyped schemas that still say what they hold.
+    if not names and not any(key in schema for key in ("anyOf", "oneOf", "allOf")):
+        # Untyped schemas that still say what they hold (a branch of a union too).
         if isinstance(schema.get("properties"), Mapping):
             _add(found, "object")
         elif "items" in schema:

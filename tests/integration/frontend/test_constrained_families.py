@@ -222,6 +222,12 @@ ENFORCEABLE: dict[str, dict[str, Any]] = {
     "required_without_properties": {"required": ["must"]},
     "type_list": {"properties": {"s": {"type": ["string"]}}},
     "nullable_string": {"properties": {"s": {"anyOf": [{"type": "string"}, {"type": "null"}]}}},
+    "optional_literal": {"properties": {"v": {"anyOf": [{"type": "null"}, {"enum": ["red", "blue"]}]}}},
+    # a pattern that matches the closing tag: the value still ends at the tag's first occurrence
+    "pattern_matching_the_closing_tag": {
+        "properties": {"p": {"type": "string", "pattern": "^[A-Za-z<>/=]+$"}}
+    },
+    "pattern_of_words": {"properties": {"w": {"type": "string", "pattern": "^[a-z]+( [a-z]+)*$"}}},
 }
 # Schemas a family may refuse (a 400 naming the tool) but never answer with arguments that break them.
 REFUSABLE: dict[str, dict[str, Any]] = {

@@ -151,7 +151,9 @@ def build(
                 raise ConstraintError(message, "tool_name", index)
     thinking = options.reasoning.enabled
     try:
-        text = source(body, grammar, markers, starts_in_reasoning, thinking)
+        # the parser reads content shaped like a call as one only where calls may be asked for
+        shape_calls = bool(tools) and options.tool_choice.mode != "none"
+        text = source(body, grammar, markers, starts_in_reasoning, thinking, shape_calls=shape_calls)
     except GrammarUnsupported as exc:
         index = next((i for i, t in enumerate(tools) if t.name == exc.tool), None)
         raise ConstraintError(f"Invalid schema for function {exc.tool!r}: {exc}", "tools", index) from None
@@ -165,8 +167,11 @@ def source(
     markers: Markers,
     starts_in_reasoning: bool,
     thinking: bool | None,
+    *,
+    shape_calls: bool = True,
 ) -> str:
-    """The Lark source of a planned body in the family's syntax."""
+    """The Lark source of a planned body in the family's syntax. `shape_calls`: the parser reads
+    content shaped like a call (`ToolGrammar.text_not_first`) as a call, so text cannot open so."""
     if grammar.layout is not None:
         shape = Shape(body.tools, body.count, body.text, body.json_schema, body.budget, starts_in_reasoning)
         return grammar.layout(shape, markers)
@@ -202,7 +207,8 @@ def source(
     elif body.text:
         alternatives.append("TEXT?")
     if body.text:
-        rules.append(f"TEXT: {text_without(grammar.markers, not_first=grammar.text_not_first)}")
+        not_first = grammar.text_not_first if shape_calls else ""
+        rules.append(f"TEXT: {text_without(grammar.markers, not_first=not_first)}")
     if body.count is not None and body.count.least == 0 and not body.text and body.json_schema is None:
         alternatives.append("WS?")
     rules.append("WS: /[ \\t\\r\\n]+/")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -63,7 +63,7 @@ class Family:
     ) -> OutputParser:
         options = options or ParserOptions(starts_in_reasoning=self.starts_in_reasoning)
         if starts_in_reasoning is not None and starts_in_reasoning != options.starts_in_reasoning:
-            options = ParserOptions(starts_in_reasoning, options.tools, options.id_factory)
+            options = replace(options, starts_in_reasoning=starts_in_reasoning)
         return self.make_parser(options)
 
 

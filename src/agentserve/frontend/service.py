@@ -575,8 +575,13 @@ class Frontend:
             raise InvalidRequestError(str(exc)) from None
         decision = stream.decision
         p.trace.routed(decision.worker, decision.overlap_blocks, prompt_blocks=decision.prompt_blocks)
+        tools = request.conversation.tools
         parser = self.pipeline.family.parser(
-            ParserOptions(starts_in_reasoning=prompt.starts_in_reasoning, tools=request.conversation.tools)
+            ParserOptions(
+                starts_in_reasoning=prompt.starts_in_reasoning,
+                tools=tools,
+                calls_by_shape=bool(tools) and request.options.tool_choice.mode != "none",
+            )
         )
         return Generation(
             stream,

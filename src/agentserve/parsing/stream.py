@@ -92,6 +92,9 @@ class ParserOptions:
     starts_in_reasoning: bool = False  # the prompt ended inside an open reasoning block
     tools: Sequence[ToolSpec] = ()  # declared tools: schemas type the values of XML-style syntaxes
     id_factory: IdFactory = random_call_id
+    # False where no call can be asked for (no tools, tool_choice none): content shaped like a call
+    # (Llama 3 JSON's `{"name": …, "parameters": …}`) is then the answer itself, a JSON answer.
+    calls_by_shape: bool = True
 
 
 class HeldTextParser(ABC):
@@ -140,6 +143,7 @@ class StreamParser(HeldTextParser):
         "_pending_tail",
         "_reasoning_cut",
         "_reasoning_markers",
+        "_start_block",
         "_syntax",
         "_tools",
     )
@@ -163,7 +167,8 @@ class StreamParser(HeldTextParser):
         self._block: ToolBlock | None = None
         self._block_calls = 0
         self._block_from_reasoning = False
-        self._content_seen = syntax.start_block is None
+        self._start_block = syntax.start_block if options.calls_by_shape else None
+        self._content_seen = self._start_block is None
         self._output_started = False  # reasoning closed, text or a block seen: `</think>` is literal now
         self._reasoning_cut = False  # a call ended the thought: the model may still close it
         self._pending_tail: str | None = None  # the closing markup the last block may leave
@@ -253,7 +258,7 @@ class StreamParser(HeldTextParser):
         if j == n:
             self._held = buf[i:]
             return -1
-        factory = self._syntax.start_block
+        factory = self._start_block
         if factory is not None and buf[j] in self._syntax.start_chars:
             self._open_block(factory, "")
             return j

@@ -77,3 +77,18 @@ def test_nemotron_thinking_off_output_is_plain_text() -> None:
     p = parser("nemotron")
     events = p.feed("No reasoning here, just the answer.") + p.close()
     assert events == [TextDelta("No reasoning here, just the answer.")]
+
+
+def test_content_shaped_like_a_call_is_text_where_no_call_can_be_asked_for() -> None:
+    """No tools or tool_choice none (`calls_by_shape` False): a JSON answer `{"name": …,
+    "parameters": …}` (Llama 3 JSON) or a list `[f(x=1)]` (pythonic) is the answer, not a call."""
+    for family, answer in (
+        ("llama3-json", '{"name": "Alice", "parameters": {"age": 3}}'),
+        ("pythonic", "[f(x=1)]"),
+    ):
+        shaped = get_family(family).parser(ParserOptions(id_factory=sequential_call_id))
+        assert "ToolCallStart" in kinds(shaped.feed(answer) + shaped.close())
+        plain = get_family(family).parser(ParserOptions(id_factory=sequential_call_id, calls_by_shape=False))
+        events = plain.feed(answer) + plain.close()
+        assert "ToolCallStart" not in kinds(events)
+        assert "".join(e.text for e in events if isinstance(e, TextDelta)) == answer

@@ -228,11 +228,53 @@ class _Rivals:
         return rival is None or own >= rival
 
 
+# Tokens between re-steerings after a bias left the plan: each re-steering copies the matcher,
+# whose state grows with the output (a bias that wins every position cost O(n²): 38 s for 48k
+# tokens); between them the grammar's mask still keeps every token valid.
+RESTEER_EVERY = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Sampled:
     token_ids: list[int]
     logprobs: list[TokenLogprob] | None
     complete: bool  # under a grammar: it accepted the output (always True without one)
+
+
+def _ended(matcher: Matcher | None) -> bool:
+    return matcher is None or matcher.is_stopped() or matcher.is_accepting()
+
+
+def _left(
+    todo: list[int], i: int, token: int, matcher: Matcher, resteer: Resteer, since: int, room: int
+) -> tuple[list[int], bool]:
+    """The plan after `token` replaced its position `i`, and whether it was re-steered: from a copy
+    of `matcher` (the loop goes on consuming the new plan with it) at most every `RESTEER_EVERY`
+    tokens (`since`); between, the mask keeps each next token valid, and a plan that ran out goes
+    on as the bias pushed it."""
+    if since >= RESTEER_EVERY:
+        return [*todo[:i], token, *resteer(matcher.deep_copy(), todo[i + 1 :], room)], True
+    if i + 1 >= len(todo):
+        todo.append(token)
+    return todo, False
+
+
+def _plan_more(
+    out: list[int],
+    matcher: Matcher | None,
+    resteer: Resteer | None,
+    stale: bool,
+    since: int,
+    room: int,
+) -> tuple[list[int], bool]:
+    """Where a plan left by a bias (`stale`) ran out before the grammar ended: more of it, and
+    whether it was re-steered. Within `RESTEER_EVERY` tokens of the last re-steering (`since`)
+    the policy goes on as the bias pushed it; else the grammar's own way on from here."""
+    if not stale or matcher is None or resteer is None or _ended(matcher):
+        return [], False
+    if out and since < RESTEER_EVERY:
+        return [out[-1]], False
+    return resteer(matcher.deep_copy(), [], room), True
 
 
 def sample_plan(
@@ -261,7 +303,17 @@ def sample_plan(
     unmasked = Unmasked(bias, vocab) if matcher is None else None
     rivals = _Rivals(bias)
     i = 0
-    while i < len(todo) and len(out) < limit:
+    resteered = -RESTEER_EVERY  # the output length at the last re-steering
+    stale = False  # the plan was left since without re-steering: its rest may not fit
+    while len(out) < limit:
+        if i >= len(todo):
+            more, fresh = _plan_more(out, matcher, resteer, stale, len(out) - resteered, limit - len(out))
+            if not more:
+                break
+            if fresh:
+                resteered, stale = len(out), False
+            todo += more
+            continue
         if unmasked is not None:
             choice = unmasked.choose(todo[i], top)
         else:
@@ -287,12 +339,17 @@ def sample_plan(
         if entries is not None and choice.entry is not None:
             entries.append(choice.entry)
         if token != todo[i] and matcher is not None and resteer is not None:
-            # steered on a copy: this loop goes on consuming the new plan with `matcher`
-            todo = [*todo[:i], token, *resteer(matcher.deep_copy(), todo[i + 1 :], limit - len(out))]
+            todo, fresh = _left(todo, i, token, matcher, resteer, len(out) - resteered, limit - len(out))
+            if fresh:
+                resteered = len(out)
+            stale = not fresh
         i += 1
+    return Sampled(out, entries, _complete(matcher, out, limit, plan_complete and out == list(plan)))
+
+
+def _complete(matcher: Matcher | None, out: list[int], limit: int, as_planned: bool) -> bool:
+    """The output ended: no grammar, or it stopped, or it accepts before the budget, or where the
+    budget cut it the plan itself ended there (`as_planned`: the complete plan, unchanged)."""
     if matcher is None or matcher.is_stopped():
-        complete = True
-    else:
-        as_planned = plan_complete and out == list(plan)
-        complete = matcher.is_accepting() and (len(out) < limit or as_planned)
-    return Sampled(out, entries, complete)
+        return True
+    return matcher.is_accepting() and (len(out) < limit or as_planned)

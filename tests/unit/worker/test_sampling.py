@@ -18,7 +18,15 @@ from agentserve.constraints.engine import engine_for
 from agentserve.constraints.spec import Constraint
 from agentserve.worker.constrained import constrained_plan, constrained_sample
 from agentserve.worker.engine import SamplingParams
-from agentserve.worker.sampling import PREFERENCE, Allowed, Matcher, Unmasked, choose, sample_plan
+from agentserve.worker.sampling import (
+    PREFERENCE,
+    RESTEER_EVERY,
+    Allowed,
+    Matcher,
+    Unmasked,
+    choose,
+    sample_plan,
+)
 from agentserve.worker.tokenizer import EMBEDDED_TOKENIZER, HFTokenizer
 
 TOKENIZER = HFTokenizer.from_file(EMBEDDED_TOKENIZER)
@@ -226,3 +234,29 @@ def test_a_winning_bias_is_masked_and_leaves_the_plan_validly() -> None:
     fast, masks = sampled_under_grammar({three: 100.0}, alone=True)
     assert TOKENIZER.decode(fast) == '{"a":3}' and masks >= 1
     assert sampled_under_grammar({}, alone=True)[1] == 0
+
+
+def test_a_bias_that_wins_every_position_re_steers_the_plan_only_now_and_then() -> None:
+    """Each re-steering copies the matcher, whose state grows with the output: one per token made a
+    long biased answer quadratic. The output still passes the grammar at every token."""
+    grammar = 'start: TEXT "." \nTEXT: /[a-z ]+/\n'
+    favoured = TOKENIZER.encode("x")[0]
+    plan = TOKENIZER.encode(" ".join(["word"] * 120) + ".")
+    calls: list[int] = []
+
+    def resteer(state: Matcher, rest: Sequence[int], room: int) -> list[int]:
+        calls.append(room)
+        steered = ENGINE.steer(
+            cast(LLMatcher, state), grammar, rest, eos=(), max_tokens=room, rng=random.Random(1)
+        )
+        return steered.token_ids
+
+    budget = 200
+    out = sample_plan(
+        plan, vocab=ENGINE.tokenizer().vocab_size, bias={favoured: 100.0}, top=None,
+        matcher=ENGINE.matcher(grammar), resteer=resteer, budget=budget,
+    )  # fmt: skip
+    assert out.token_ids.count(favoured) > len(out.token_ids) // 2  # the bias won (nearly) everywhere
+    assert 0 < len(calls) <= budget // RESTEER_EVERY + 2
+    check = ENGINE.matcher(grammar)
+    assert check.try_consume_tokens(out.token_ids) == len(out.token_ids)

@@ -52,6 +52,8 @@ SPECULATE_MIN = 48
 # be chosen, before the vocabulary mask is computed instead (~5–60 µs here, more over a 150k vocab).
 PROBES = 24
 WHOLE_TRIED = 64  # literals validated whole at one step, at most (`_allowed_whole`)
+STUCK_AFTER = 16  # every this many random draws, a token that lets a closer follow is looked for
+CLOSING_TRIED = 512  # allowed tokens tried at such a step, at most (`_closing_step`)
 # Preferred when the script gives no allowed token: closing markers (`</tool_call>`, `<|end|>`),
 # then what closes strings, objects and arrays, so a forced answer completes in few tokens
 # (any allowed token is valid; these are merely short). Whitespace is never preferred: JSON allows
@@ -594,6 +596,45 @@ def _verified(
         done = reached
 
 
+def _looping(out: Sequence[int], since: int, longest: int = 16, times: int = 3) -> bool:
+    """Whether `out` ends with a run of at most `longest` tokens written `times` times running,
+    all after position `since` (the steering's own choices, not a script that repeats itself)."""
+    for period in range(1, min(longest, (len(out) - since) // times) + 1):
+        tail = out[-period:]
+        if all(out[-(k + 1) * period : len(out) - k * period] == tail for k in range(1, times)):
+            return True
+    return False
+
+
+def _ends_twice(out: Sequence[int], text: Sequence[int]) -> bool:
+    """Whether `out` ends with `text` twice running."""
+    k = len(text)
+    return len(out) >= 2 * k and list(out[-2 * k :]) == [*text, *text]
+
+
+def _closing_step(
+    matcher: Tracked, mask: bytes, closers: Sequence[tuple[int, ...]], blank: Container[int]
+) -> tuple[int, ...] | None:
+    """An allowed token (lowest ids first: single characters) after which one of the first
+    closers is allowed whole, with that closer: the grammar's way out of a lexeme a script cannot
+    finish. At most `CLOSING_TRIED` tokens are tried."""
+    tried = 0
+    for found in _SET_BYTE.finditer(mask):
+        byte = found.start()
+        for bit in range(8):
+            token = byte * 8 + bit
+            if not (mask[byte] >> bit) & 1 or token in blank:
+                continue
+            tried += 1
+            if tried > CLOSING_TRIED:
+                return None
+            for closer in closers[:4]:
+                step = (token, *closer)
+                if matcher.validate_tokens(list(step)) == len(step):
+                    return step
+    return None
+
+
 def _allowed_whole(
     matcher: Tracked,
     probe: _Probe,
@@ -993,18 +1034,36 @@ def _steer(
             in_text = chosen == quote and bool(closers) and matcher.validate_tokens([quote] * 3) == 3
             if repeated or in_text:
                 chosen = None  # free text takes the preferred token forever: close it instead
-            if chosen is None:
+            # the fixed choices below went round in a circle (free text holds them all): a draw
+            looping = chosen is None and _looping(out, copied[-1][0] + copied[-1][2] if copied else 0)
+            repeated = repeated or looping
+            if chosen is None and not looping:
                 closer = _allowed_whole(matcher, probe, closers)
-                if closer is not None:
+                # a closer written twice running closed nothing (free text holds it): not again
+                if closer is not None and not _ends_twice(out, closer):
                     chosen, pending = closer[0], list(closer[1:])
                     free = False
             if chosen is None and not repeated:
                 chosen = probe.first(openers)
+                if chosen is not None and len(out) >= REPEATS and out[-REPEATS:] == [chosen] * REPEATS:
+                    chosen = None  # an opener free text keeps taking: it opens nothing
+            if (
+                chosen is None
+                and closers
+                and (looping or (drawn >= STUCK_AFTER and drawn % STUCK_AFTER == 0))
+            ):
+                # many draws and no way out yet: a token after which a closer fits (the character a
+                # pattern wants last before `</parameter>`), as a model ends a value
+                step = _closing_step(matcher, probe.mask(), closers, blank)
+                if step is not None:
+                    chosen, pending = step[0], list(step[1:])
+                    drawn += 1  # not this step again at once
+                    free = False
             if chosen is None and not repeated:
                 # one not written yet first: the structure goes on (harmony's `commentary` after
                 # an `analysis` message) rather than round a loop the grammar allows
                 literal = _allowed_whole(matcher, probe, literals, written)
-                if literal is not None:
+                if literal is not None and not _ends_twice(out, literal):
                     chosen, pending = literal[0], list(literal[1:])
                     written.add(literal)
                     free = False

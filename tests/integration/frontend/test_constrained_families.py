@@ -227,6 +227,8 @@ ENFORCEABLE: dict[str, dict[str, Any]] = {
     "pattern_matching_the_closing_tag": {
         "properties": {"p": {"type": "string", "pattern": "^[A-Za-z<>/=]+$"}}
     },
+    # a pattern the script cannot finish: the steering must find the last character it wants
+    "pattern_wanting_a_last_character": {"properties": {"p": {"type": "string", "pattern": "^x[^\\n]*y$"}}},
     "pattern_of_words": {"properties": {"w": {"type": "string", "pattern": "^[a-z]+( [a-z]+)*$"}}},
 }
 # Schemas a family may refuse (a 400 naming the tool) but never answer with arguments that break them.

@@ -55,6 +55,7 @@ _VALUE_ENDS = tags(ARG_VALUE_END, ARG_KEY, TOOL_CALL_END)
 _CALL_END = tags(TOOL_CALL_END)
 _AFTER_NAME = (ARG_KEY, TOOL_CALL_END)
 _NAME_RUN = re.compile(r"[\w.:/-]*")
+VALUE_ENDS = ("</arg_value>", "<arg_key>", "</tool_call>")  # what a value's text may not hold
 KEYS = r"[^<\n]+"  # an `<arg_key>` name: up to its closing tag, on one line
 
 # States
@@ -209,16 +210,17 @@ def grammar_calls(tools: Sequence[GrammarTool], count: CallCount, m: Markers) ->
     close = m.tok("</arg_value>")
 
     def function(tool: GrammarTool) -> str:
-        values = ValueSyntax(raw=f"AVALUE {close}", closer=close, key="AKEY", keys=KEYS)
-        return f"{lit(tool.name)} {xml_parameters(tool, param, values)}"
+        values = ValueSyntax(raw=f"AVALUE {close}", closer=close, key="AKEY", keys=KEYS, ends=VALUE_ENDS)
+        return f"{lit(tool.name)} {xml_parameters(tool, param, values, extra)}"
 
+    extra: list[str] = []  # rules of values that need their own (`raw_value`)
     rules = [
         f"calls: {repeat('call', 'WS?', count)}",
         f'call: {m.tok(TOOL_CALL)} function "\\n"? {m.tok("</tool_call>")}',
         *per_tool_rules("function", tools, function),
+        *extra,
     ]
-    closers = ["</arg_value>", "<arg_key>", "</tool_call>"]
-    rules += [f"AVALUE: {text_without(closers, nonempty=False)}", f"AKEY: /{KEYS}/"]
+    rules += [f"AVALUE: {text_without(VALUE_ENDS, nonempty=False)}", f"AKEY: /{KEYS}/"]
     return "\n".join(rules)
 
 

@@ -306,9 +306,18 @@ def raw_value(
     pattern = resolved.get("pattern")
     if isinstance(pattern, str):
         regex = "/" + _slashes_escaped(pattern.removeprefix("^").removesuffix("$")) + "/"
-        if not refused or rules is None:  # a special-token closer: text never holds it
+        stops = [t for t in dict.fromkeys((refused, *syntax.ends)) if t]
+        if rules is None or not stops:
             return f"{pad} {regex} {pad} {closer}"
-        return _lazy_value(regex, refused, pad, rules, syntax.ends)
+        if refused:
+            return _lazy_value(regex, refused, pad, rules, syntax.ends)
+        # a special-token closer ends the lexeme; the text must still hold no text the parser
+        # ends a value at (GLM reads `</arg_value>` written as text as the closer too)
+        n = len(rules)
+        rules.append(
+            f"XVALUE_{n}: {regex} & ~/(.|\\n)*({'|'.join(_regex_escape(t) for t in stops)})(.|\\n)*/"
+        )
+        return f"{pad} XVALUE_{n} {pad} {closer}"
     return raw
 
 

@@ -525,3 +525,14 @@ def test_a_remembered_mask_changes_no_answer_where_the_mask_and_validation_disag
                 budget,
                 script,
             )
+
+
+def test_a_special_token_is_never_healed_to_a_prefix_of_its_spelling() -> None:
+    """A forced call from prose that ended with `<|im_end|>` wrote `<|im` into the argument: the
+    end token's spelling was offered as text prefixes. A special token is one symbol."""
+    special = TOKENIZER.encode("<|im_end|>")
+    assert len(special) == 1 and ENGINE.tokenizer().is_special_token(special[0])
+    assert ENGINE.prefixes(special[0]) == ()
+    plain = TOKENIZER.encode('"),')
+    if len(plain) == 1:  # a text token still heals to the allowed part of it
+        assert ENGINE.prefixes(plain[0])

@@ -64,6 +64,13 @@ class Plan:
     budget: int | None
 
 
+def calls_askable(options: GenerationOptions, tools: Sequence[ToolSpec]) -> bool:
+    """Whether the request may be answered with calls (tools offered, tool_choice not none): only
+    then is content shaped like a call (Llama 3 JSON, pythonic) read as one, by the parser
+    (`ParserOptions.calls_by_shape`) and the grammar alike."""
+    return bool(tools) and options.tool_choice.mode != "none"
+
+
 def needs_constraint(options: GenerationOptions, tools: Sequence[ToolSpec]) -> bool:
     """Whether the request asks for anything a grammar must enforce (cheap: no allocation)."""
     fmt = options.response_format
@@ -151,9 +158,9 @@ def build(
                 raise ConstraintError(message, "tool_name", index)
     thinking = options.reasoning.enabled
     try:
-        # the parser reads content shaped like a call as one only where calls may be asked for
-        shape_calls = bool(tools) and options.tool_choice.mode != "none"
-        text = source(body, grammar, markers, starts_in_reasoning, thinking, shape_calls=shape_calls)
+        text = source(
+            body, grammar, markers, starts_in_reasoning, thinking, shape_calls=calls_askable(options, tools)
+        )
     except GrammarUnsupported as exc:
         index = next((i for i, t in enumerate(tools) if t.name == exc.tool), None)
         raise ConstraintError(f"Invalid schema for function {exc.tool!r}: {exc}", "tools", index) from None

@@ -38,6 +38,7 @@ from agentserve.api.responses import ResponseStore
 from agentserve.api.signing import Signer
 from agentserve.api.turn import TurnAccumulator
 from agentserve.config import ApiName, FrontendConfig
+from agentserve.constraints.build import calls_askable
 from agentserve.constraints.spec import Constraint
 from agentserve.conversation import (
     Conversation,
@@ -580,7 +581,7 @@ class Frontend:
             ParserOptions(
                 starts_in_reasoning=prompt.starts_in_reasoning,
                 tools=tools,
-                calls_by_shape=bool(tools) and request.options.tool_choice.mode != "none",
+                calls_by_shape=calls_askable(request.options, tools),
             )
         )
         return Generation(
